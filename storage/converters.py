@@ -1,0 +1,157 @@
+"""Rows to domain records: the one place that knows both shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Row
+
+from storage import domain as d
+from storage.models import (
+    AdapterRow,
+    DecisionRow,
+    EvaluationRow,
+    JobEventRow,
+    JobRow,
+    LabelRow,
+    NodeRow,
+    SessionRow,
+)
+
+SESSION_COLUMNS = tuple(SessionRow.__table__.c)
+NODE_LIGHT_COLUMNS = tuple(c for c in NodeRow.__table__.c if c.name not in ("token_ids", "logprobs"))
+NODE_COLUMNS = (*NODE_LIGHT_COLUMNS, NodeRow.__table__.c.token_ids, NodeRow.__table__.c.logprobs)
+DECISION_COLUMNS = tuple(DecisionRow.__table__.c)
+LABEL_COLUMNS = tuple(LabelRow.__table__.c)
+EVALUATION_COLUMNS = tuple(EvaluationRow.__table__.c)
+JOB_COLUMNS = tuple(JobRow.__table__.c)
+JOB_EVENT_COLUMNS = tuple(JobEventRow.__table__.c)
+ADAPTER_COLUMNS = tuple(AdapterRow.__table__.c)
+
+
+def to_session(row: Row[Any]) -> d.Session:
+    m = row._mapping
+    return d.Session(
+        id=m["id"],
+        title=m["title"],
+        task=m["task"],
+        backend=m["backend"],
+        model=m["model"],
+        adapter=m["adapter"],
+        settings=m["settings"] or {},
+        status=d.SessionStatus(m["status"]),
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def to_node(row: Row[Any]) -> d.Node:
+    m = row._mapping
+    return d.Node(
+        id=m["id"],
+        session_id=m["session_id"],
+        parent_id=m["parent_id"],
+        tick=m["tick"],
+        kind=m["kind"],
+        text=m["text"],
+        author=d.Author(m["author"]),
+        status=d.NodeStatus(m["status"]),
+        score=m["score"],
+        score_parts=m["score_parts"] or {},
+        sampling=m["sampling"] or {},
+        edited_from_id=m["edited_from_id"],
+        truncated=bool(m["truncated"]),
+        prompt_hash=m["prompt_hash"],
+        meta=m["meta"] or {},
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        token_ids=m.get("token_ids"),
+        logprobs=m.get("logprobs"),
+    )
+
+
+def to_decision(row: Row[Any]) -> d.Decision:
+    m = row._mapping
+    return d.Decision(
+        id=m["id"],
+        node_id=m["node_id"],
+        verdict=d.Verdict(m["verdict"]),
+        reason=m["reason"],
+        actor=d.Actor(m["actor"]),
+        result_node_id=m["result_node_id"],
+        created_at=m["created_at"],
+    )
+
+
+def to_label(row: Row[Any]) -> d.Label:
+    m = row._mapping
+    return d.Label(
+        id=m["id"],
+        node_id=m["node_id"],
+        value=d.LabelValue(m["value"]),
+        scope=d.LabelScope(m["scope"]),
+        note=m["note"],
+        created_at=m["created_at"],
+        retracted_at=m["retracted_at"],
+    )
+
+
+def to_evaluation(row: Row[Any]) -> d.EvaluationResult:
+    m = row._mapping
+    return d.EvaluationResult(
+        id=m["id"],
+        node_id=m["node_id"],
+        name=m["name"],
+        kind=d.EvaluationKind(m["kind"]),
+        result=m["result"],
+        passed=m["passed"],
+        error=m["error"],
+        duration=m["duration"],
+        created_at=m["created_at"],
+    )
+
+
+def to_job(row: Row[Any]) -> d.Job:
+    m = row._mapping
+    return d.Job(
+        id=m["id"],
+        kind=d.JobKind(m["kind"]),
+        name=m["name"],
+        status=d.JobStatus(m["status"]),
+        base_model=m["base_model"],
+        config=m["config"] or {},
+        progress=m["progress"],
+        metrics=m["metrics"] or {},
+        pid=m["pid"],
+        error=m["error"],
+        created_at=m["created_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def to_job_event(row: Row[Any]) -> d.JobEvent:
+    m = row._mapping
+    return d.JobEvent(
+        id=m["id"],
+        job_id=m["job_id"],
+        kind=m["kind"],
+        step=m["step"],
+        message=m["message"],
+        data=m["data"] or {},
+        created_at=m["created_at"],
+    )
+
+
+def to_adapter(row: Row[Any]) -> d.Adapter:
+    m = row._mapping
+    return d.Adapter(
+        id=m["id"],
+        name=m["name"],
+        base_model=m["base_model"],
+        path=m["path"],
+        job_id=m["job_id"],
+        metrics=m["metrics"] or {},
+        created_at=m["created_at"],
+    )

@@ -1,0 +1,230 @@
+"""Plain domain records handed out by the trace store.
+
+The ORM rows in `storage.models` never leave `storage/`: callers get these frozen
+dataclasses, so a detached row can't lazy-load behind their back and the rest of the
+code doesn't depend on SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class SessionStatus(StrEnum):
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    TRUNCATED = "truncated"
+
+
+class NodeStatus(StrEnum):
+    PROPOSED = "proposed"
+    CHOSEN = "chosen"
+    ALTERNATE = "alternate"
+    APPROVED = "approved"
+    EDITED = "edited"
+    REJECTED = "rejected"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class Author(StrEnum):
+    MODEL = "model"
+    OPERATOR = "operator"
+    RUNTIME = "runtime"
+
+
+class Verdict(StrEnum):
+    APPROVE = "approve"
+    EDIT = "edit"
+    REJECT = "reject"
+    PICK_ALTERNATE = "pick_alternate"
+
+
+class Actor(StrEnum):
+    OPERATOR = "operator"
+    POLICY = "policy"
+
+
+class LabelValue(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+
+
+class LabelScope(StrEnum):
+    BLOCK = "block"
+    PATH = "path"
+
+
+class EvaluationKind(StrEnum):
+    CALLBACK = "callback"
+    LOGIT = "logit"
+    OBSERVATION = "observation"
+
+
+class JobKind(StrEnum):
+    SFT = "sft"
+    DPO = "dpo"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: int
+    title: str
+    task: str
+    backend: str | None
+    model: str | None
+    adapter: str | None
+    settings: dict[str, Any]
+    status: SessionStatus
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewNode:
+    """A node to add. `parent_id` names a stored node; `parent_index` instead names an
+    earlier entry of the same `add_nodes` batch, so a whole subtree goes in one call."""
+
+    kind: str
+    text: str
+    tick: int = 0
+    parent_id: int | None = None
+    parent_index: int | None = None
+    author: Author = Author.MODEL
+    status: NodeStatus = NodeStatus.PROPOSED
+    score: float | None = None
+    score_parts: dict[str, float] = field(default_factory=dict)
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    edited_from_id: int | None = None
+    truncated: bool = False
+    prompt_hash: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: int
+    session_id: int
+    parent_id: int | None
+    tick: int
+    kind: str
+    text: str
+    author: Author
+    status: NodeStatus
+    score: float | None
+    score_parts: dict[str, float]
+    sampling: dict[str, Any]
+    edited_from_id: int | None
+    truncated: bool
+    prompt_hash: str | None
+    meta: dict[str, Any]
+    created_at: float
+    updated_at: float
+    # Completion tokens are large; tree loads leave them out unless asked.
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    id: int
+    node_id: int
+    verdict: Verdict
+    reason: str | None
+    actor: Actor
+    result_node_id: int | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    id: int
+    node_id: int
+    value: LabelValue
+    scope: LabelScope
+    note: str | None
+    created_at: float
+    retracted_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationResult:
+    id: int
+    node_id: int
+    name: str
+    kind: EvaluationKind
+    result: Any
+    passed: bool | None
+    error: str | None
+    duration: float | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    kind: JobKind
+    name: str
+    status: JobStatus
+    base_model: str | None
+    config: dict[str, Any]
+    progress: float
+    metrics: dict[str, Any]
+    pid: int | None
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    id: int
+    job_id: int
+    kind: str
+    step: int | None
+    message: str | None
+    data: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    id: int
+    name: str
+    base_model: str
+    path: str
+    job_id: int | None
+    metrics: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledNode:
+    """A node with its effective label: the latest one not retracted."""
+
+    node: Node
+    label: Label
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedNode:
+    node: Node
+    decision: Decision

@@ -1,0 +1,159 @@
+"""SQLAlchemy 2 tables of the trace store.
+
+These mirror the latest migration in `storage/migrations/versions/`; the migrations, not
+`metadata.create_all`, create the schema, and a test checks that the two agree.
+Timestamps are UNIX seconds (float), the unit weave-agent traces use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRow(Base):
+    __tablename__ = "session"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String(500), default="")
+    task: Mapped[str] = mapped_column(Text, default="")
+    backend: Mapped[str | None] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(500))
+    adapter: Mapped[str | None] = mapped_column(String(200))
+    settings: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    status: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_session_updated", "updated_at"),)
+
+
+class NodeRow(Base):
+    __tablename__ = "node"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    tick: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(50))
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(20))
+    score: Mapped[float | None] = mapped_column(Float)
+    score_parts: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    token_ids: Mapped[list[int] | None] = mapped_column(Json)
+    logprobs: Mapped[list[float] | None] = mapped_column(Json)
+    sampling: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    edited_from_id: Mapped[int | None] = mapped_column(ForeignKey("node.id", ondelete="SET NULL"))
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    prompt_hash: Mapped[str | None] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_node_session", "session_id", "id"),
+        Index("ix_node_parent", "parent_id"),
+        Index("ix_node_session_kind", "session_id", "kind"),
+        Index("ix_node_status", "status"),
+    )
+
+
+class DecisionRow(Base):
+    __tablename__ = "decision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    verdict: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(20))
+    result_node_id: Mapped[int | None] = mapped_column(ForeignKey("node.id", ondelete="SET NULL"))
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_decision_node", "node_id"),)
+
+
+class LabelRow(Base):
+    __tablename__ = "label"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    value: Mapped[str] = mapped_column(String(10))
+    scope: Mapped[str] = mapped_column(String(10))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    retracted_at: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_label_node", "node_id", "id"),)
+
+
+class EvaluationRow(Base):
+    __tablename__ = "evaluation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(500))
+    kind: Mapped[str] = mapped_column(String(20))
+    result: Mapped[Any] = mapped_column(Json)
+    passed: Mapped[bool | None] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_evaluation_node", "node_id"),)
+
+
+class JobRow(Base):
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20))
+    base_model: Mapped[str | None] = mapped_column(String(500))
+    config: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    metrics: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_job_status", "status"),)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_event"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(20))
+    step: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_job_event_job", "job_id", "id"),)
+
+
+class AdapterRow(Base):
+    __tablename__ = "adapter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    base_model: Mapped[str] = mapped_column(String(500))
+    path: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"))
+    metrics: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,712 @@
+"""`TraceStore`: the one API to the trace tree, decisions, labels, evaluations, jobs and
+adapters.
+
+Every write is one short transaction on the writer engine (`BEGIN IMMEDIATE` on SQLite);
+every read a short connection on the reader engine. Nothing here holds a transaction
+open between calls, so a long-lived console doesn't make the WAL grow, and iterators page
+with keysets instead of holding a cursor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, and_, exists, func, insert, literal, select, update
+from sqlalchemy.exc import IntegrityError
+
+from storage import converters as cv
+from storage import domain as d
+from storage.engine import create_engines, database_url, sqlite_path
+from storage.errors import NotFoundError, StoreError
+from storage.migrate import ensure_schema
+from storage.models import (
+    AdapterRow,
+    DecisionRow,
+    EvaluationRow,
+    JobEventRow,
+    JobRow,
+    LabelRow,
+    NodeRow,
+    SessionRow,
+)
+
+session_t = SessionRow.__table__
+node_t = NodeRow.__table__
+decision_t = DecisionRow.__table__
+label_t = LabelRow.__table__
+evaluation_t = EvaluationRow.__table__
+job_t = JobRow.__table__
+job_event_t = JobEventRow.__table__
+adapter_t = AdapterRow.__table__
+
+E = TypeVar("E", bound=StrEnum)
+
+_JOB_FIELDS = {"status", "progress", "metrics", "pid", "error", "config", "base_model", "name"}
+_FINISHED = {d.JobStatus.COMPLETED, d.JobStatus.FAILED, d.JobStatus.CANCELLED}
+
+
+def _enum(kind: type[E], value: str | E) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise ValueError(f"{value!r} is not a valid {kind.__name__} ({allowed})") from None
+
+
+class TraceStore:
+    """Open (creating or upgrading) the store at `db`: a file path or a SQLAlchemy URL."""
+
+    def __init__(self, db: str | Path) -> None:
+        self.url = database_url(db)
+        path = sqlite_path(self.url)
+        self.where = str(path) if path is not None else self.url
+        self._writer, self._reader = create_engines(self.url)
+        try:
+            ensure_schema(self._writer, where=self.where)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._writer.dispose()
+        self._reader.dispose()
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self):  # -> context manager yielding a Connection in a write transaction
+        return self._writer.begin()
+
+    def _read(self):
+        return self._reader.connect()
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def create_session(
+        self,
+        task: str,
+        *,
+        title: str = "",
+        backend: str | None = None,
+        model: str | None = None,
+        adapter: str | None = None,
+        settings: dict[str, Any] | None = None,
+        status: d.SessionStatus | str = d.SessionStatus.RUNNING,
+    ) -> d.Session:
+        now = time.time()
+        values = {
+            "title": title,
+            "task": task,
+            "backend": backend,
+            "model": model,
+            "adapter": adapter,
+            "settings": settings or {},
+            "status": _enum(d.SessionStatus, status).value,
+            "created_at": now,
+            "updated_at": now,
+        }
+        with self._write() as conn:
+            row = conn.execute(insert(session_t).values(values).returning(*cv.SESSION_COLUMNS))
+            return cv.to_session(row.one())
+
+    def get_session(self, session_id: int) -> d.Session:
+        with self._read() as conn:
+            row = conn.execute(
+                select(*cv.SESSION_COLUMNS).where(session_t.c.id == session_id)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"no session {session_id}")
+        return cv.to_session(row)
+
+    def list_sessions(
+        self,
+        *,
+        status: d.SessionStatus | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[d.Session]:
+        """Most recently updated first."""
+        stmt = select(*cv.SESSION_COLUMNS).order_by(
+            session_t.c.updated_at.desc(), session_t.c.id.desc()
+        )
+        if status is not None:
+            stmt = stmt.where(session_t.c.status == _enum(d.SessionStatus, status).value)
+        with self._read() as conn:
+            rows = conn.execute(stmt.limit(limit).offset(offset)).all()
+        return [cv.to_session(r) for r in rows]
+
+    def set_session_status(self, session_id: int, status: d.SessionStatus | str) -> None:
+        value = _enum(d.SessionStatus, status).value
+        with self._write() as conn:
+            done = conn.execute(
+                update(session_t)
+                .where(session_t.c.id == session_id)
+                .values(status=value, updated_at=time.time())
+            )
+            if done.rowcount == 0:
+                raise NotFoundError(f"no session {session_id}")
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def add_node(self, session_id: int, node: d.NewNode) -> d.Node:
+        return self.add_nodes(session_id, [node])[0]
+
+    def add_nodes(self, session_id: int, nodes: Sequence[d.NewNode]) -> list[d.Node]:
+        """Insert a batch in one transaction; ids come back in the batch's order.
+
+        Entries may hang under stored nodes (`parent_id`) or under earlier entries of the
+        same batch (`parent_index`); each depth level is one multi-row INSERT.
+        """
+        if not nodes:
+            return []
+        depth = self._batch_depths(nodes)
+        now = time.time()
+        rows = [self._node_values(session_id, n, now) for n in nodes]
+        ids: list[int] = [0] * len(nodes)
+        with self._write() as conn:
+            self._check_targets(conn, session_id, nodes)
+            for level in range(max(depth) + 1):
+                members = [i for i, k in enumerate(depth) if k == level]
+                for i in members:
+                    parent_index = nodes[i].parent_index
+                    if parent_index is not None:
+                        rows[i]["parent_id"] = ids[parent_index]
+                result = conn.execute(
+                    insert(node_t).returning(node_t.c.id, sort_by_parameter_order=True),
+                    [rows[i] for i in members],
+                )
+                for i, new_id in zip(members, result.scalars(), strict=True):
+                    ids[i] = new_id
+            conn.execute(update(session_t).where(session_t.c.id == session_id).values(updated_at=now))
+        return [self._node_from_values(ids[i], rows[i]) for i in range(len(nodes))]
+
+    @staticmethod
+    def _batch_depths(nodes: Sequence[d.NewNode]) -> list[int]:
+        depth: list[int] = []
+        for i, n in enumerate(nodes):
+            if n.parent_index is None:
+                depth.append(0)
+                continue
+            if n.parent_id is not None:
+                raise ValueError(f"batch entry {i} names both parent_id and parent_index")
+            if not 0 <= n.parent_index < i:
+                raise ValueError(
+                    f"batch entry {i} has parent_index {n.parent_index}: "
+                    "it must name an earlier entry of the same batch"
+                )
+            depth.append(depth[n.parent_index] + 1)
+        return depth
+
+    def _check_targets(
+        self, conn: Connection, session_id: int, nodes: Sequence[d.NewNode]
+    ) -> None:
+        if conn.execute(select(session_t.c.id).where(session_t.c.id == session_id)).first() is None:
+            raise NotFoundError(f"no session {session_id}")
+        referenced = {n.parent_id for n in nodes} | {n.edited_from_id for n in nodes}
+        referenced.discard(None)
+        if not referenced:
+            return
+        found = dict(
+            conn.execute(
+                select(node_t.c.id, node_t.c.session_id).where(node_t.c.id.in_(referenced))
+            ).all()
+        )
+        for node_id in sorted(referenced):  # type: ignore[type-var]
+            if node_id not in found:
+                raise NotFoundError(f"no node {node_id}")
+            if found[node_id] != session_id:
+                raise ValueError(f"node {node_id} belongs to session {found[node_id]}, not {session_id}")
+
+    @staticmethod
+    def _node_values(session_id: int, n: d.NewNode, now: float) -> dict[str, Any]:
+        if not n.kind:
+            raise ValueError("a node needs a kind")
+        return {
+            "session_id": session_id,
+            "parent_id": n.parent_id,
+            "tick": n.tick,
+            "kind": n.kind,
+            "text": n.text,
+            "author": _enum(d.Author, n.author).value,
+            "status": _enum(d.NodeStatus, n.status).value,
+            "score": n.score,
+            "score_parts": dict(n.score_parts),
+            "token_ids": n.token_ids,
+            "logprobs": n.logprobs,
+            "sampling": dict(n.sampling),
+            "edited_from_id": n.edited_from_id,
+            "truncated": n.truncated,
+            "prompt_hash": n.prompt_hash,
+            "meta": dict(n.meta),
+            "created_at": now,
+            "updated_at": now,
+        }
+
+    @staticmethod
+    def _node_from_values(node_id: int, v: dict[str, Any]) -> d.Node:
+        return d.Node(
+            id=node_id,
+            session_id=v["session_id"],
+            parent_id=v["parent_id"],
+            tick=v["tick"],
+            kind=v["kind"],
+            text=v["text"],
+            author=d.Author(v["author"]),
+            status=d.NodeStatus(v["status"]),
+            score=v["score"],
+            score_parts=v["score_parts"],
+            sampling=v["sampling"],
+            edited_from_id=v["edited_from_id"],
+            truncated=v["truncated"],
+            prompt_hash=v["prompt_hash"],
+            meta=v["meta"],
+            created_at=v["created_at"],
+            updated_at=v["updated_at"],
+            token_ids=v["token_ids"],
+            logprobs=v["logprobs"],
+        )
+
+    def get_node(self, node_id: int) -> d.Node:
+        with self._read() as conn:
+            row = conn.execute(select(*cv.NODE_COLUMNS).where(node_t.c.id == node_id)).first()
+        if row is None:
+            raise NotFoundError(f"no node {node_id}")
+        return cv.to_node(row)
+
+    def children(self, node_id: int, *, with_tokens: bool = False) -> list[d.Node]:
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        with self._read() as conn:
+            rows = conn.execute(
+                select(*columns).where(node_t.c.parent_id == node_id).order_by(node_t.c.id)
+            ).all()
+        return [cv.to_node(r) for r in rows]
+
+    def path(self, node_id: int, *, with_tokens: bool = False) -> list[d.Node]:
+        """The nodes from the root down to `node_id`, inclusive, in one recursive query."""
+        up = (
+            select(node_t.c.id, node_t.c.parent_id, literal(0).label("depth"))
+            .where(node_t.c.id == node_id)
+            .cte("up", recursive=True)
+        )
+        up = up.union_all(
+            select(node_t.c.id, node_t.c.parent_id, (up.c.depth + 1).label("depth")).where(
+                node_t.c.id == up.c.parent_id
+            )
+        )
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        stmt = select(*columns).join(up, up.c.id == node_t.c.id).order_by(up.c.depth.desc())
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        if not rows:
+            raise NotFoundError(f"no node {node_id}")
+        return [cv.to_node(r) for r in rows]
+
+    def tree(self, session_id: int, *, with_tokens: bool = False) -> list[d.Node]:
+        """Every node of a session in one query, parents before children (id order)."""
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        with self._read() as conn:
+            rows = conn.execute(
+                select(*columns).where(node_t.c.session_id == session_id).order_by(node_t.c.id)
+            ).all()
+        return [cv.to_node(r) for r in rows]
+
+    def count_nodes(self, session_id: int) -> int:
+        with self._read() as conn:
+            return conn.execute(
+                select(func.count()).select_from(node_t).where(node_t.c.session_id == session_id)
+            ).scalar_one()
+
+    def set_node_status(self, node_id: int, status: d.NodeStatus | str) -> None:
+        value = _enum(d.NodeStatus, status).value
+        with self._write() as conn:
+            done = conn.execute(
+                update(node_t).where(node_t.c.id == node_id).values(status=value, updated_at=time.time())
+            )
+            if done.rowcount == 0:
+                raise NotFoundError(f"no node {node_id}")
+
+    # -- decisions, labels, evaluations -----------------------------------------------
+
+    def record_decision(
+        self,
+        node_id: int,
+        verdict: d.Verdict | str,
+        *,
+        actor: d.Actor | str = d.Actor.OPERATOR,
+        reason: str | None = None,
+        result_node_id: int | None = None,
+    ) -> d.Decision:
+        """Store one approval-gate verdict. `result_node_id` is the operator's edit (for
+        `edit`) or the alternate taken instead (for `pick_alternate`)."""
+        values = {
+            "node_id": node_id,
+            "verdict": _enum(d.Verdict, verdict).value,
+            "actor": _enum(d.Actor, actor).value,
+            "reason": reason,
+            "result_node_id": result_node_id,
+            "created_at": time.time(),
+        }
+        with self._write() as conn:
+            self._require_nodes(conn, {node_id, result_node_id})
+            row = conn.execute(insert(decision_t).values(values).returning(*cv.DECISION_COLUMNS))
+            return cv.to_decision(row.one())
+
+    def decisions(self, node_id: int) -> list[d.Decision]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(*cv.DECISION_COLUMNS)
+                .where(decision_t.c.node_id == node_id)
+                .order_by(decision_t.c.id)
+            ).all()
+        return [cv.to_decision(r) for r in rows]
+
+    def add_label(
+        self,
+        node_id: int,
+        value: d.LabelValue | str,
+        *,
+        scope: d.LabelScope | str = d.LabelScope.BLOCK,
+        note: str | None = None,
+    ) -> d.Label:
+        """Label a block (or the whole path to it). Earlier labels stay as history; the
+        latest one that is not retracted is the node's label."""
+        values = {
+            "node_id": node_id,
+            "value": _enum(d.LabelValue, value).value,
+            "scope": _enum(d.LabelScope, scope).value,
+            "note": note,
+            "created_at": time.time(),
+            "retracted_at": None,
+        }
+        with self._write() as conn:
+            self._require_nodes(conn, {node_id})
+            row = conn.execute(insert(label_t).values(values).returning(*cv.LABEL_COLUMNS))
+            return cv.to_label(row.one())
+
+    def retract_label(self, label_id: int) -> d.Label:
+        """Undo a label: it stays in the history, marked retracted; the node falls back
+        to its previous label, if any."""
+        with self._write() as conn:
+            row = conn.execute(
+                update(label_t)
+                .where(label_t.c.id == label_id, label_t.c.retracted_at.is_(None))
+                .values(retracted_at=time.time())
+                .returning(*cv.LABEL_COLUMNS)
+            ).first()
+            if row is None:
+                exists_ = conn.execute(select(label_t.c.id).where(label_t.c.id == label_id)).first()
+                raise (
+                    StoreError(f"label {label_id} is already retracted")
+                    if exists_
+                    else NotFoundError(f"no label {label_id}")
+                )
+            return cv.to_label(row)
+
+    def label_of(self, node_id: int) -> d.Label | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(*cv.LABEL_COLUMNS)
+                .where(label_t.c.node_id == node_id, label_t.c.retracted_at.is_(None))
+                .order_by(label_t.c.id.desc())
+                .limit(1)
+            ).first()
+        return cv.to_label(row) if row else None
+
+    def label_history(self, node_id: int) -> list[d.Label]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id).order_by(label_t.c.id)
+            ).all()
+        return [cv.to_label(r) for r in rows]
+
+    def session_labels(self, session_id: int) -> dict[int, d.Label]:
+        """The effective label of every labelled node in a session (for tree marks)."""
+        stmt = (
+            select(*cv.LABEL_COLUMNS)
+            .join(node_t, node_t.c.id == label_t.c.node_id)
+            .where(node_t.c.session_id == session_id, label_t.c.retracted_at.is_(None))
+            .order_by(label_t.c.id)
+        )
+        with self._read() as conn:
+            return {lab.node_id: lab for lab in map(cv.to_label, conn.execute(stmt))}
+
+    def record_evaluation(
+        self,
+        node_id: int,
+        name: str,
+        *,
+        kind: d.EvaluationKind | str = d.EvaluationKind.CALLBACK,
+        result: Any = None,
+        passed: bool | None = None,
+        error: str | None = None,
+        duration: float | None = None,
+    ) -> d.EvaluationResult:
+        values = {
+            "node_id": node_id,
+            "name": name,
+            "kind": _enum(d.EvaluationKind, kind).value,
+            "result": result,
+            "passed": passed,
+            "error": error,
+            "duration": duration,
+            "created_at": time.time(),
+        }
+        with self._write() as conn:
+            self._require_nodes(conn, {node_id})
+            row = conn.execute(insert(evaluation_t).values(values).returning(*cv.EVALUATION_COLUMNS))
+            return cv.to_evaluation(row.one())
+
+    def evaluations(self, node_id: int) -> list[d.EvaluationResult]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(*cv.EVALUATION_COLUMNS)
+                .where(evaluation_t.c.node_id == node_id)
+                .order_by(evaluation_t.c.id)
+            ).all()
+        return [cv.to_evaluation(r) for r in rows]
+
+    def _require_nodes(self, conn: Connection, node_ids: Iterable[int | None]) -> None:
+        wanted = {i for i in node_ids if i is not None}
+        found = set(conn.execute(select(node_t.c.id).where(node_t.c.id.in_(wanted))).scalars())
+        for missing in sorted(wanted - found):
+            raise NotFoundError(f"no node {missing}")
+
+    # -- training data ----------------------------------------------------------------
+
+    def iter_labelled(
+        self, *, since: float | None = None, page_size: int = 500, with_tokens: bool = False
+    ) -> Iterator[d.LabelledNode]:
+        """Every node whose latest unretracted label was given at or after `since`, with
+        that label, in node order. Pages by node id, one short read per page, so memory
+        stays flat however large the store."""
+        newer = label_t.alias("newer")
+        effective = and_(
+            label_t.c.retracted_at.is_(None),
+            ~exists().where(
+                newer.c.node_id == label_t.c.node_id,
+                newer.c.retracted_at.is_(None),
+                newer.c.id > label_t.c.id,
+            ),
+        )
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        label_columns = [c.label(f"label_{c.name}") for c in cv.LABEL_COLUMNS]
+        last = 0
+        while True:
+            stmt = (
+                select(*columns, *label_columns)
+                .join(node_t, node_t.c.id == label_t.c.node_id)
+                .where(effective, label_t.c.node_id > last)
+                .order_by(label_t.c.node_id)
+                .limit(page_size)
+            )
+            if since is not None:
+                stmt = stmt.where(label_t.c.created_at >= since)
+            with self._read() as conn:
+                rows = conn.execute(stmt).all()
+            for row in rows:
+                m = row._mapping
+                label = d.Label(
+                    id=m["label_id"],
+                    node_id=m["label_node_id"],
+                    value=d.LabelValue(m["label_value"]),
+                    scope=d.LabelScope(m["label_scope"]),
+                    note=m["label_note"],
+                    created_at=m["label_created_at"],
+                    retracted_at=None,
+                )
+                yield d.LabelledNode(node=cv.to_node(row), label=label)
+            if len(rows) < page_size:
+                return
+            last = rows[-1]._mapping["id"]
+
+    def iter_decisions(
+        self, *, since: float | None = None, page_size: int = 500, with_tokens: bool = False
+    ) -> Iterator[d.DecidedNode]:
+        """Every approval-gate decision with the node it judged, oldest first, paged."""
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        decision_columns = [c.label(f"decision_{c.name}") for c in cv.DECISION_COLUMNS]
+        last = 0
+        while True:
+            stmt = (
+                select(*columns, *decision_columns)
+                .join(node_t, node_t.c.id == decision_t.c.node_id)
+                .where(decision_t.c.id > last)
+                .order_by(decision_t.c.id)
+                .limit(page_size)
+            )
+            if since is not None:
+                stmt = stmt.where(decision_t.c.created_at >= since)
+            with self._read() as conn:
+                rows = conn.execute(stmt).all()
+            for row in rows:
+                m = row._mapping
+                decision = d.Decision(
+                    id=m["decision_id"],
+                    node_id=m["decision_node_id"],
+                    verdict=d.Verdict(m["decision_verdict"]),
+                    reason=m["decision_reason"],
+                    actor=d.Actor(m["decision_actor"]),
+                    result_node_id=m["decision_result_node_id"],
+                    created_at=m["decision_created_at"],
+                )
+                yield d.DecidedNode(node=cv.to_node(row), decision=decision)
+            if len(rows) < page_size:
+                return
+            last = rows[-1]._mapping["decision_id"]
+
+    # -- jobs and adapters ------------------------------------------------------------
+
+    def create_job(
+        self,
+        kind: d.JobKind | str,
+        name: str,
+        *,
+        base_model: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> d.Job:
+        now = time.time()
+        values = {
+            "kind": _enum(d.JobKind, kind).value,
+            "name": name,
+            "status": d.JobStatus.QUEUED.value,
+            "base_model": base_model,
+            "config": config or {},
+            "progress": 0.0,
+            "metrics": {},
+            "created_at": now,
+            "updated_at": now,
+        }
+        with self._write() as conn:
+            row = conn.execute(insert(job_t).values(values).returning(*cv.JOB_COLUMNS))
+            return cv.to_job(row.one())
+
+    def get_job(self, job_id: int) -> d.Job:
+        with self._read() as conn:
+            row = conn.execute(select(*cv.JOB_COLUMNS).where(job_t.c.id == job_id)).first()
+        if row is None:
+            raise NotFoundError(f"no job {job_id}")
+        return cv.to_job(row)
+
+    def list_jobs(self, *, status: d.JobStatus | str | None = None, limit: int = 100) -> list[d.Job]:
+        stmt = select(*cv.JOB_COLUMNS).order_by(job_t.c.id.desc()).limit(limit)
+        if status is not None:
+            stmt = stmt.where(job_t.c.status == _enum(d.JobStatus, status).value)
+        with self._read() as conn:
+            return [cv.to_job(r) for r in conn.execute(stmt)]
+
+    def update_job(self, job_id: int, **changes: Any) -> d.Job:
+        """Change a job's status, progress, metrics, pid, error, config, base model or
+        name. Entering `running` stamps `started_at`; a final status stamps `finished_at`."""
+        unknown = set(changes) - _JOB_FIELDS
+        if unknown:
+            raise ValueError(f"update_job cannot set {', '.join(sorted(unknown))}")
+        now = time.time()
+        values = dict(changes, updated_at=now)
+        if "status" in changes:
+            status = _enum(d.JobStatus, changes["status"])
+            values["status"] = status.value
+            if status is d.JobStatus.RUNNING:
+                values["started_at"] = func.coalesce(job_t.c.started_at, now)
+                values["finished_at"] = None
+            elif status in _FINISHED:
+                values["finished_at"] = now
+        with self._write() as conn:
+            row = conn.execute(
+                update(job_t).where(job_t.c.id == job_id).values(values).returning(*cv.JOB_COLUMNS)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"no job {job_id}")
+        return cv.to_job(row)
+
+    def add_job_event(
+        self,
+        job_id: int,
+        kind: str,
+        *,
+        message: str | None = None,
+        step: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> d.JobEvent:
+        values = {
+            "job_id": job_id,
+            "kind": kind,
+            "message": message,
+            "step": step,
+            "data": data or {},
+            "created_at": time.time(),
+        }
+        with self._write() as conn:
+            if conn.execute(select(job_t.c.id).where(job_t.c.id == job_id)).first() is None:
+                raise NotFoundError(f"no job {job_id}")
+            row = conn.execute(insert(job_event_t).values(values).returning(*cv.JOB_EVENT_COLUMNS))
+            return cv.to_job_event(row.one())
+
+    def job_events(
+        self, job_id: int, *, after_id: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[d.JobEvent]:
+        """Events after `after_id`, oldest first: poll with the last id seen to follow."""
+        stmt = (
+            select(*cv.JOB_EVENT_COLUMNS)
+            .where(job_event_t.c.job_id == job_id, job_event_t.c.id > after_id)
+            .order_by(job_event_t.c.id)
+        )
+        if kind is not None:
+            stmt = stmt.where(job_event_t.c.kind == kind)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            return [cv.to_job_event(r) for r in conn.execute(stmt)]
+
+    def register_adapter(
+        self,
+        name: str,
+        *,
+        base_model: str,
+        path: str | Path,
+        job_id: int | None = None,
+        metrics: dict[str, Any] | None = None,
+        replace_existing: bool = False,
+    ) -> d.Adapter:
+        """Record a finished adapter. The caller writes the files first (atomically), so
+        the registry never points at a partial file."""
+        values = {
+            "name": name,
+            "base_model": base_model,
+            "path": str(path),
+            "job_id": job_id,
+            "metrics": metrics or {},
+            "created_at": time.time(),
+        }
+        with self._write() as conn:
+            existing = conn.execute(select(adapter_t.c.id).where(adapter_t.c.name == name)).first()
+            if existing is not None:
+                if not replace_existing:
+                    raise StoreError(f"an adapter named {name!r} already exists")
+                stmt = update(adapter_t).where(adapter_t.c.id == existing[0]).values(values)
+            else:
+                stmt = insert(adapter_t).values(values)
+            try:
+                row = conn.execute(stmt.returning(*cv.ADAPTER_COLUMNS)).one()
+            except IntegrityError:
+                raise NotFoundError(f"no job {job_id}") from None
+            return cv.to_adapter(row)
+
+    def get_adapter(self, name: str) -> d.Adapter:
+        with self._read() as conn:
+            row = conn.execute(select(*cv.ADAPTER_COLUMNS).where(adapter_t.c.name == name)).first()
+        if row is None:
+            raise NotFoundError(f"no adapter named {name!r}")
+        return cv.to_adapter(row)
+
+    def list_adapters(self) -> list[d.Adapter]:
+        with self._read() as conn:
+            rows = conn.execute(select(*cv.ADAPTER_COLUMNS).order_by(adapter_t.c.id.desc())).all()
+        return [cv.to_adapter(r) for r in rows]
+
