@@ -19,7 +19,9 @@ from storage.models import (
 )
 
 SESSION_COLUMNS = tuple(SessionRow.__table__.c)
-NODE_LIGHT_COLUMNS = tuple(c for c in NodeRow.__table__.c if c.name not in ("token_ids", "logprobs"))
+NODE_LIGHT_COLUMNS = tuple(
+    c for c in NodeRow.__table__.c if c.name not in ("token_ids", "logprobs")
+)
 NODE_COLUMNS = (*NODE_LIGHT_COLUMNS, NodeRow.__table__.c.token_ids, NodeRow.__table__.c.logprobs)
 DECISION_COLUMNS = tuple(DecisionRow.__table__.c)
 LABEL_COLUMNS = tuple(LabelRow.__table__.c)

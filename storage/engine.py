@@ -52,6 +52,11 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _empty_or_ours(cursor: sqlite3.Cursor) -> bool:
+    tables = {r[0] for r in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not tables or "alembic_version" in tables
+
+
 def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
 
@@ -62,7 +67,8 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
         try:
             cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
+            # Switching to WAL rewrites the header: leave someone else's database alone.
+            if mode != "wal" and _empty_or_ours(cursor):
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")

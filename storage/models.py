@@ -103,7 +103,7 @@ class EvaluationRow(Base):
     node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(500))
     kind: Mapped[str] = mapped_column(String(20))
-    result: Mapped[Any] = mapped_column(Json)
+    result: Mapped[Any] = mapped_column(Json, nullable=True)  # as in migration 0001
     passed: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
     duration: Mapped[float | None] = mapped_column(Float)

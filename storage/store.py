@@ -184,7 +184,9 @@ class TraceStore:
                 )
                 for i, new_id in zip(members, result.scalars(), strict=True):
                     ids[i] = new_id
-            conn.execute(update(session_t).where(session_t.c.id == session_id).values(updated_at=now))
+            conn.execute(
+                update(session_t).where(session_t.c.id == session_id).values(updated_at=now)
+            )
         return [self._node_from_values(ids[i], rows[i]) for i in range(len(nodes))]
 
     @staticmethod
@@ -204,9 +206,7 @@ class TraceStore:
             depth.append(depth[n.parent_index] + 1)
         return depth
 
-    def _check_targets(
-        self, conn: Connection, session_id: int, nodes: Sequence[d.NewNode]
-    ) -> None:
+    def _check_targets(self, conn: Connection, session_id: int, nodes: Sequence[d.NewNode]) -> None:
         if conn.execute(select(session_t.c.id).where(session_t.c.id == session_id)).first() is None:
             raise NotFoundError(f"no session {session_id}")
         referenced = {n.parent_id for n in nodes} | {n.edited_from_id for n in nodes}
@@ -222,7 +222,9 @@ class TraceStore:
             if node_id not in found:
                 raise NotFoundError(f"no node {node_id}")
             if found[node_id] != session_id:
-                raise ValueError(f"node {node_id} belongs to session {found[node_id]}, not {session_id}")
+                raise ValueError(
+                    f"node {node_id} belongs to session {found[node_id]}, not {session_id}"
+                )
 
     @staticmethod
     def _node_values(session_id: int, n: d.NewNode, now: float) -> dict[str, Any]:
@@ -327,7 +329,9 @@ class TraceStore:
         value = _enum(d.NodeStatus, status).value
         with self._write() as conn:
             done = conn.execute(
-                update(node_t).where(node_t.c.id == node_id).values(status=value, updated_at=time.time())
+                update(node_t)
+                .where(node_t.c.id == node_id)
+                .values(status=value, updated_at=time.time())
             )
             if done.rowcount == 0:
                 raise NotFoundError(f"no node {node_id}")
@@ -460,7 +464,9 @@ class TraceStore:
         }
         with self._write() as conn:
             self._require_nodes(conn, {node_id})
-            row = conn.execute(insert(evaluation_t).values(values).returning(*cv.EVALUATION_COLUMNS))
+            row = conn.execute(
+                insert(evaluation_t).values(values).returning(*cv.EVALUATION_COLUMNS)
+            )
             return cv.to_evaluation(row.one())
 
     def evaluations(self, node_id: int) -> list[d.EvaluationResult]:
@@ -594,7 +600,9 @@ class TraceStore:
             raise NotFoundError(f"no job {job_id}")
         return cv.to_job(row)
 
-    def list_jobs(self, *, status: d.JobStatus | str | None = None, limit: int = 100) -> list[d.Job]:
+    def list_jobs(
+        self, *, status: d.JobStatus | str | None = None, limit: int = 100
+    ) -> list[d.Job]:
         stmt = select(*cv.JOB_COLUMNS).order_by(job_t.c.id.desc()).limit(limit)
         if status is not None:
             stmt = stmt.where(job_t.c.status == _enum(d.JobStatus, status).value)
@@ -709,4 +717,3 @@ class TraceStore:
         with self._read() as conn:
             rows = conn.execute(select(*cv.ADAPTER_COLUMNS).order_by(adapter_t.c.id.desc())).all()
         return [cv.to_adapter(r) for r in rows]
-

@@ -54,9 +54,7 @@ def upgrade() -> None:
         sa.Column("token_ids", Json),
         sa.Column("logprobs", Json),
         sa.Column("sampling", Json, nullable=False),
-        sa.Column(
-            "edited_from_id", sa.Integer, sa.ForeignKey("node.id", ondelete="SET NULL")
-        ),
+        sa.Column("edited_from_id", sa.Integer, sa.ForeignKey("node.id", ondelete="SET NULL")),
         sa.Column("truncated", sa.Boolean, nullable=False),
         sa.Column("prompt_hash", sa.String(64)),
         sa.Column("meta", Json, nullable=False),
@@ -77,9 +75,7 @@ def upgrade() -> None:
         sa.Column("verdict", sa.String(20), nullable=False),
         sa.Column("reason", sa.Text),
         sa.Column("actor", sa.String(20), nullable=False),
-        sa.Column(
-            "result_node_id", sa.Integer, sa.ForeignKey("node.id", ondelete="SET NULL")
-        ),
+        sa.Column("result_node_id", sa.Integer, sa.ForeignKey("node.id", ondelete="SET NULL")),
         sa.Column("created_at", sa.Float, nullable=False),
     )
     op.create_index("ix_decision_node", "decision", ["node_id"])

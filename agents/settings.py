@@ -1,0 +1,162 @@
+"""One settings model, layered: defaults < TOML file < `AGENT_CONSOLE_*` env < CLI flags.
+
+The file is `config.toml` in the platform config dir, or `--config FILE`, or the file
+named by `AGENT_CONSOLE_CONFIG` (tests point that at an empty file to hide the user's
+own). Every problem with it is reported as one line naming the file, the line and what
+is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+APP_NAME = "agent-console"
+ENV_PREFIX = "AGENT_CONSOLE_"
+CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
+
+
+class ConfigError(Exception):
+    """A bad config file or setting; `str()` is one line for the user."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+
+    db: str = ""
+    """Trace store: a SQLite file path or a SQLAlchemy URL (e.g. PostgreSQL for a team
+    sharing one store). Empty means traces.db in the platform data folder."""
+
+    theme: str = "agent-console"
+    """Colour theme: a Textual theme name, or the name of a theme file in the package's
+    themes/ folder or in the themes/ folder of the config dir."""
+
+    @field_validator("theme")
+    @classmethod
+    def _theme_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("theme must not be empty")
+        return value.strip()
+
+    def database(self) -> str:
+        """The store to open: the setting, else the default file (its folder made)."""
+        if self.db.strip():
+            return self.db.strip()
+        folder = data_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder / "traces.db")
+
+
+def config_dir() -> Path:
+    from platformdirs import user_config_path
+
+    return user_config_path(APP_NAME, appauthor=False)
+
+
+def data_dir() -> Path:
+    from platformdirs import user_data_path
+
+    return user_data_path(APP_NAME, appauthor=False)
+
+
+def config_path(explicit: str | Path | None = None) -> tuple[Path, bool]:
+    """The config file to read, and whether the user named it (then it must exist)."""
+    if explicit:
+        return Path(explicit).expanduser(), True
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV]).expanduser(), True
+    return config_dir() / "config.toml", False
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if where:
+            message = message[: where.start()].strip()
+            raise ConfigError(f"{path}, line {where[1]}, column {where[2]}: {message}") from None
+        raise ConfigError(f"{path}: {message}") from None
+
+
+def _line_of(path: Path, key: str) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for number, line in enumerate(lines, 1):
+        if pattern.match(line):
+            return f", line {number}"
+    return ""
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name in Settings.model_fields:
+        value = environ.get(ENV_PREFIX + name.upper())
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def load_settings(
+    config: str | Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build the settings from every layer; raise ConfigError with one clear line."""
+    path, named = config_path(config)
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if path.is_file():
+        layers.append((str(path), _read_toml(path)))
+    elif named:
+        raise ConfigError(f"{path}: config file does not exist")
+    layers.append(("environment", env_overrides(environ)))
+    layers.append(("command line", {k: v for k, v in (flags or {}).items() if v is not None}))
+
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            origin[key] = source
+    try:
+        return Settings(**merged)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else ""
+        source = origin.get(key, "settings")
+        if source == str(path):
+            source += _line_of(path, key)
+        elif source == "environment":
+            source = f"environment variable {ENV_PREFIX}{key.upper()}"
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(Settings.model_fields)
+            raise ConfigError(f"{source}: unknown setting {key!r} (known: {known})") from None
+        message = error["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {key}: {message}") from None
+
+
+def describe_settings() -> list[tuple[str, str, str]]:
+    """(name, default, doc) for every setting, for `--help` and the README."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        doc = " ".join((field.description or "").split())
+        rows.append((name, repr(field.default), doc))
+    return rows
