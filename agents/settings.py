@@ -98,7 +98,8 @@ def _line_of(path: Path, key: str) -> str:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return ""
-    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    # `key = ...`, a dotted `key.sub = ...`, or a table header `[key]` / `[key.sub]`
+    pattern = re.compile(rf"^\s*(?:\[+\s*)?[\"']?{re.escape(key)}[\"']?\s*[=.\]]")
     for number, line in enumerate(lines, 1):
         if pattern.match(line):
             return f", line {number}"

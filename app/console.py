@@ -152,6 +152,7 @@ class ConsoleApp(App[None]):
             label.append(title)
             label.append(f"  {session.status.value}", style="dim")
             tree.root.add(label, data=SessionEntry(session), allow_expand=True)
+        tree.cursor_line = 0
 
     @on(Tree.NodeExpanded)
     def expand_session(self, event: Tree.NodeExpanded[SessionEntry | BlockEntry | None]) -> None:
@@ -178,7 +179,7 @@ class ConsoleApp(App[None]):
         for tick, blocks in groupby(
             sorted(nodes, key=lambda n: (n.tick, n.id)), key=lambda n: n.tick
         ):
-            tick_node = tree_node.add(f"tick {tick}", data=None)
+            tick_node = tree_node.add(f"tick {tick}", data=None, expand=True)
             for node in blocks:
                 tick_node.add_leaf(
                     block_label(node, labels.get(node.id)),

@@ -42,6 +42,8 @@ def parse_theme(path: Path) -> Theme:
     for field in COLOR_FIELDS:
         if field in data:
             try:
+                if not isinstance(data[field], str):
+                    raise TypeError(field)
                 Color.parse(data[field])
             except (ColorParseError, TypeError):
                 raise ValueError(f"{field} = {data[field]!r} is not a colour") from None

@@ -47,28 +47,38 @@ def to_session(row: Row[Any]) -> d.Session:
     )
 
 
-def to_node(row: Row[Any]) -> d.Node:
-    m = row._mapping
+_NODE_FIELDS = tuple(c.name for c in NODE_LIGHT_COLUMNS)
+
+
+def to_node(row: Row[Any], with_tokens: bool = False) -> d.Node:
+    """Rows selected with NODE_COLUMNS (`with_tokens`) or NODE_LIGHT_COLUMNS first;
+    later columns (a joined label, say) are ignored.
+
+    Whole-tree loads build tens of thousands of these, so fields go by position rather
+    than by name lookups on the row's mapping.
+    """
+    v = dict(zip(_NODE_FIELDS, row, strict=False))
+    n = len(_NODE_FIELDS)
     return d.Node(
-        id=m["id"],
-        session_id=m["session_id"],
-        parent_id=m["parent_id"],
-        tick=m["tick"],
-        kind=m["kind"],
-        text=m["text"],
-        author=d.Author(m["author"]),
-        status=d.NodeStatus(m["status"]),
-        score=m["score"],
-        score_parts=m["score_parts"] or {},
-        sampling=m["sampling"] or {},
-        edited_from_id=m["edited_from_id"],
-        truncated=bool(m["truncated"]),
-        prompt_hash=m["prompt_hash"],
-        meta=m["meta"] or {},
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        token_ids=m.get("token_ids"),
-        logprobs=m.get("logprobs"),
+        id=v["id"],
+        session_id=v["session_id"],
+        parent_id=v["parent_id"],
+        tick=v["tick"],
+        kind=v["kind"],
+        text=v["text"],
+        author=d.Author(v["author"]),
+        status=d.NodeStatus(v["status"]),
+        score=v["score"],
+        score_parts=v["score_parts"] or {},
+        sampling=v["sampling"] or {},
+        edited_from_id=v["edited_from_id"],
+        truncated=bool(v["truncated"]),
+        prompt_hash=v["prompt_hash"],
+        meta=v["meta"] or {},
+        created_at=v["created_at"],
+        updated_at=v["updated_at"],
+        token_ids=row[n] if with_tokens else None,
+        logprobs=row[n + 1] if with_tokens else None,
     )
 
 

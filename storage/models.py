@@ -7,13 +7,68 @@ Timestamps are UNIX seconds (float), the unit weave-agent traces use.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class PackedArray(TypeDecorator[list[Any]]):
+    """A list of int32 or float32 as little-endian bytes.
+
+    Completion token ids and logprobs are the bulk of a node: packed they take 4 bytes a
+    token and cost almost nothing to write, where JSON text was most of the insert time.
+    Logprobs keep float32 precision, which is what serving engines compute them in.
+    """
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def __init__(self, typecode: str) -> None:
+        super().__init__()
+        self.typecode = typecode
+
+    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> bytes | None:
+        if value is None:
+            return None
+        packed = array(self.typecode, value)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return packed.tobytes()
+
+    def as_stored(self, value: list[Any] | None) -> list[Any] | None:
+        """`value` as it will read back (float32 rounding), without a round trip."""
+        return None if value is None else array(self.typecode, value).tolist()
+
+    def process_result_value(self, value: bytes | None, dialect: Dialect) -> list[Any] | None:
+        if value is None:
+            return None
+        packed = array(self.typecode)
+        packed.frombytes(value)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return packed.tolist()
+
+
+TokenIds = PackedArray("i")
+Logprobs = PackedArray("f")
 
 
 class Base(DeclarativeBase):
@@ -50,8 +105,8 @@ class NodeRow(Base):
     status: Mapped[str] = mapped_column(String(20))
     score: Mapped[float | None] = mapped_column(Float)
     score_parts: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
-    token_ids: Mapped[list[int] | None] = mapped_column(Json)
-    logprobs: Mapped[list[float] | None] = mapped_column(Json)
+    token_ids: Mapped[list[int] | None] = mapped_column(TokenIds)
+    logprobs: Mapped[list[float] | None] = mapped_column(Logprobs)
     sampling: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     edited_from_id: Mapped[int | None] = mapped_column(ForeignKey("node.id", ondelete="SET NULL"))
     truncated: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, and_, exists, func, insert, literal, select, update
+from sqlalchemy import Connection, and_, exists, func, insert, literal, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from storage import converters as cv
@@ -30,8 +30,10 @@ from storage.models import (
     JobEventRow,
     JobRow,
     LabelRow,
+    Logprobs,
     NodeRow,
     SessionRow,
+    TokenIds,
 )
 
 session_t = SessionRow.__table__
@@ -159,42 +161,51 @@ class TraceStore:
         return self.add_nodes(session_id, [node])[0]
 
     def add_nodes(self, session_id: int, nodes: Sequence[d.NewNode]) -> list[d.Node]:
-        """Insert a batch in one transaction; ids come back in the batch's order.
+        """Insert a batch in one transaction and one multi-row INSERT; ids come back in
+        the batch's order.
 
         Entries may hang under stored nodes (`parent_id`) or under earlier entries of the
-        same batch (`parent_index`); each depth level is one multi-row INSERT.
+        same batch (`parent_index`), so a whole subtree goes in one call: the ids are
+        reserved first, which lets each row name its parent before anything is written.
         """
         if not nodes:
             return []
-        depth = self._batch_depths(nodes)
+        self._check_batch(nodes)
         now = time.time()
         rows = [self._node_values(session_id, n, now) for n in nodes]
-        ids: list[int] = [0] * len(nodes)
         with self._write() as conn:
             self._check_targets(conn, session_id, nodes)
-            for level in range(max(depth) + 1):
-                members = [i for i, k in enumerate(depth) if k == level]
-                for i in members:
-                    parent_index = nodes[i].parent_index
-                    if parent_index is not None:
-                        rows[i]["parent_id"] = ids[parent_index]
-                result = conn.execute(
-                    insert(node_t).returning(node_t.c.id, sort_by_parameter_order=True),
-                    [rows[i] for i in members],
-                )
-                for i, new_id in zip(members, result.scalars(), strict=True):
-                    ids[i] = new_id
+            ids = self._reserve_node_ids(conn, len(rows))
+            for row, node, new_id in zip(rows, nodes, ids, strict=True):
+                row["id"] = new_id
+                if node.parent_index is not None:
+                    row["parent_id"] = ids[node.parent_index]
+            conn.execute(insert(node_t), rows)
             conn.execute(
                 update(session_t).where(session_t.c.id == session_id).values(updated_at=now)
             )
-        return [self._node_from_values(ids[i], rows[i]) for i in range(len(nodes))]
+        return [self._node_from_values(row["id"], row) for row in rows]
 
     @staticmethod
-    def _batch_depths(nodes: Sequence[d.NewNode]) -> list[int]:
-        depth: list[int] = []
+    def _reserve_node_ids(conn: Connection, count: int) -> list[int]:
+        if conn.dialect.name == "postgresql":
+            return list(
+                conn.execute(
+                    text(
+                        "SELECT nextval(pg_get_serial_sequence('node', 'id')) "
+                        "FROM generate_series(1, :n)"
+                    ),
+                    {"n": count},
+                ).scalars()
+            )
+        # SQLite: BEGIN IMMEDIATE holds the write lock, so nobody else takes these ids.
+        top = conn.execute(select(func.max(node_t.c.id))).scalar() or 0
+        return list(range(top + 1, top + 1 + count))
+
+    @staticmethod
+    def _check_batch(nodes: Sequence[d.NewNode]) -> None:
         for i, n in enumerate(nodes):
             if n.parent_index is None:
-                depth.append(0)
                 continue
             if n.parent_id is not None:
                 raise ValueError(f"batch entry {i} names both parent_id and parent_index")
@@ -203,8 +214,6 @@ class TraceStore:
                     f"batch entry {i} has parent_index {n.parent_index}: "
                     "it must name an earlier entry of the same batch"
                 )
-            depth.append(depth[n.parent_index] + 1)
-        return depth
 
     def _check_targets(self, conn: Connection, session_id: int, nodes: Sequence[d.NewNode]) -> None:
         if conn.execute(select(session_t.c.id).where(session_t.c.id == session_id)).first() is None:
@@ -240,8 +249,8 @@ class TraceStore:
             "status": _enum(d.NodeStatus, n.status).value,
             "score": n.score,
             "score_parts": dict(n.score_parts),
-            "token_ids": n.token_ids,
-            "logprobs": n.logprobs,
+            "token_ids": TokenIds.as_stored(n.token_ids),
+            "logprobs": Logprobs.as_stored(n.logprobs),
             "sampling": dict(n.sampling),
             "edited_from_id": n.edited_from_id,
             "truncated": n.truncated,
@@ -280,7 +289,7 @@ class TraceStore:
             row = conn.execute(select(*cv.NODE_COLUMNS).where(node_t.c.id == node_id)).first()
         if row is None:
             raise NotFoundError(f"no node {node_id}")
-        return cv.to_node(row)
+        return cv.to_node(row, with_tokens=True)
 
     def children(self, node_id: int, *, with_tokens: bool = False) -> list[d.Node]:
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
@@ -288,7 +297,7 @@ class TraceStore:
             rows = conn.execute(
                 select(*columns).where(node_t.c.parent_id == node_id).order_by(node_t.c.id)
             ).all()
-        return [cv.to_node(r) for r in rows]
+        return [cv.to_node(r, with_tokens) for r in rows]
 
     def path(self, node_id: int, *, with_tokens: bool = False) -> list[d.Node]:
         """The nodes from the root down to `node_id`, inclusive, in one recursive query."""
@@ -308,7 +317,7 @@ class TraceStore:
             rows = conn.execute(stmt).all()
         if not rows:
             raise NotFoundError(f"no node {node_id}")
-        return [cv.to_node(r) for r in rows]
+        return [cv.to_node(r, with_tokens) for r in rows]
 
     def tree(self, session_id: int, *, with_tokens: bool = False) -> list[d.Node]:
         """Every node of a session in one query, parents before children (id order)."""
@@ -317,7 +326,7 @@ class TraceStore:
             rows = conn.execute(
                 select(*columns).where(node_t.c.session_id == session_id).order_by(node_t.c.id)
             ).all()
-        return [cv.to_node(r) for r in rows]
+        return [cv.to_node(r, with_tokens) for r in rows]
 
     def count_nodes(self, session_id: int) -> int:
         with self._read() as conn:
@@ -527,7 +536,7 @@ class TraceStore:
                     created_at=m["label_created_at"],
                     retracted_at=None,
                 )
-                yield d.LabelledNode(node=cv.to_node(row), label=label)
+                yield d.LabelledNode(node=cv.to_node(row, with_tokens), label=label)
             if len(rows) < page_size:
                 return
             last = rows[-1]._mapping["id"]
@@ -562,7 +571,7 @@ class TraceStore:
                     result_node_id=m["decision_result_node_id"],
                     created_at=m["decision_created_at"],
                 )
-                yield d.DecidedNode(node=cv.to_node(row), decision=decision)
+                yield d.DecidedNode(node=cv.to_node(row, with_tokens), decision=decision)
             if len(rows) < page_size:
                 return
             last = rows[-1]._mapping["decision_id"]

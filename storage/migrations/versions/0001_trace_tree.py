@@ -51,8 +51,8 @@ def upgrade() -> None:
         sa.Column("status", sa.String(20), nullable=False),
         sa.Column("score", sa.Float),
         sa.Column("score_parts", Json, nullable=False),
-        sa.Column("token_ids", Json),
-        sa.Column("logprobs", Json),
+        sa.Column("token_ids", sa.LargeBinary),  # packed int32, see storage.models
+        sa.Column("logprobs", sa.LargeBinary),  # packed float32
         sa.Column("sampling", Json, nullable=False),
         sa.Column("edited_from_id", sa.Integer, sa.ForeignKey("node.id", ondelete="SET NULL")),
         sa.Column("truncated", sa.Boolean, nullable=False),

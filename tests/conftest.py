@@ -1,0 +1,75 @@
+"""Shared fixtures: real SQLite files in `tmp_path` and, when a server is configured, a
+fresh PostgreSQL database per test.
+
+PostgreSQL tests run when `AGENT_CONSOLE_TEST_PG_URL` names a role with CREATEDB, e.g.
+`postgresql+psycopg://agentconsole:agentconsole@127.0.0.1:5432/postgres`; otherwise they
+skip, unless `AGENT_CONSOLE_REQUIRE_PG=1` (CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from storage import TraceStore
+
+PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"
+REQUIRE_PG_ENV = "AGENT_CONSOLE_REQUIRE_PG"
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """The URL of a brand-new, uniquely named PostgreSQL database, dropped afterwards."""
+    admin_url = os.environ.get(PG_URL_ENV, "").strip()
+    if not admin_url:
+        if os.environ.get(REQUIRE_PG_ENV) == "1":
+            pytest.fail(f"{REQUIRE_PG_ENV}=1 but {PG_URL_ENV} is not set", pytrace=False)
+        pytest.skip(
+            f"PostgreSQL tests need a server: set {PG_URL_ENV}="
+            "postgresql+psycopg://USER:PASSWORD@127.0.0.1:5432/postgres (a role with CREATEDB)"
+        )
+    url = make_url(admin_url)
+    name = f"agent_console_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                # FORCE: a connection a failed test left open must not keep the database.
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path) -> Path:
+    return tmp_path / "traces.db"
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A location for a brand-new store: a SQLite file path, or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "traces.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[TraceStore]:
+    with TraceStore(db_url) as opened:
+        yield opened
