@@ -17,6 +17,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/store.py

@@ -1,0 +1,1 @@
+"""The agent: settings today; the runtime, model backends, sandbox and memory next."""

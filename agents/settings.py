@@ -65,12 +65,15 @@ def data_dir() -> Path:
     return user_data_path(APP_NAME, appauthor=False)
 
 
-def config_path(explicit: str | Path | None = None) -> tuple[Path, bool]:
+def config_path(
+    explicit: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Path, bool]:
     """The config file to read, and whether the user named it (then it must exist)."""
+    environ = os.environ if environ is None else environ
     if explicit:
         return Path(explicit).expanduser(), True
-    if os.environ.get(CONFIG_ENV):
-        return Path(os.environ[CONFIG_ENV]).expanduser(), True
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV]).expanduser(), True
     return config_dir() / "config.toml", False
 
 
@@ -122,10 +125,12 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build the settings from every layer; raise ConfigError with one clear line."""
-    path, named = config_path(config)
+    path, named = config_path(config, environ)
     layers: list[tuple[str, dict[str, Any]]] = []
     if path.is_file():
         layers.append((str(path), _read_toml(path)))
+    elif path.is_dir():
+        raise ConfigError(f"{path}: is a folder; --config takes a TOML file")
     elif named:
         raise ConfigError(f"{path}: config file does not exist")
     layers.append(("environment", env_overrides(environ)))

@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "Run an LLM agent in the terminal, approve or edit its actions, label its "
-            "trace tree, and train it from the labels. Without a subcommand, opens the console."
+            "Run an LLM agent in the terminal, approve or edit its actions, label its trace\n"
+            "tree, and train it from the labels. Opens the console on the trace store."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -68,6 +68,8 @@ def fail(message: str, code: int) -> int:
 
 def run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.db is not None and not args.db.strip():
+        return fail("--db is empty: give a file path or a SQLAlchemy URL", exit_codes.USAGE)
 
     from agents.settings import ConfigError, load_settings
 

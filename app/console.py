@@ -122,13 +122,16 @@ class ConsoleApp(App[None]):
         for theme in themes:
             self.register_theme(theme)
         for problem in problems:
-            self.notify(problem, severity="warning", timeout=10)
+            self.notify(problem, severity="warning", timeout=10, markup=False)
         wanted = self.settings.theme
         if wanted in self.available_themes:
             self.theme = wanted
         else:
             self.notify(
-                f"unknown theme {wanted!r}; using {FALLBACK_THEME}", severity="error", timeout=10
+                f"unknown theme {wanted!r}; using {FALLBACK_THEME}",
+                severity="error",
+                timeout=10,
+                markup=False,
             )
             self.theme = FALLBACK_THEME
 
@@ -194,5 +197,9 @@ class ConsoleApp(App[None]):
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:
-            error = event.worker.error
-            self.notify(f"{event.worker.name} failed: {error}", severity="error", timeout=10)
+            # Database errors carry the SQL and its parameters: the first line says enough.
+            cause = getattr(event.worker.error, "orig", None) or event.worker.error
+            reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            self.notify(
+                f"{event.worker.name} failed: {reason}", severity="error", timeout=10, markup=False
+            )

@@ -35,7 +35,9 @@ def parse_theme(path: Path) -> Theme:
     if unknown:
         raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
     for field, kind in OTHER_FIELDS.items():
-        if field in data and not isinstance(data[field], kind | int if kind is float else kind):
+        value = data.get(field, kind())
+        accepted = (int, float) if kind is float else (kind,)
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, accepted):
             raise ValueError(f"{field} must be a {kind.__name__}")
     if not data.get("name") or "primary" not in data:
         raise ValueError("a theme needs at least `name` and `primary`")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage import NewNode, NodeStatus, TraceStore  # noqa: E402
+from storage import NewNode, NodeStatus, TraceStore
 
 KINDS = ["orientation", "action", "expectation", "evaluation", "outcome"]
 BLOCK = "def action_check(subagent):\n    return subagent.tools['editor'].read('notes.txt')\n" * 4

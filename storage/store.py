@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, and_, exists, func, insert, literal, select, text, update
+from sqlalchemy import Connection, Table, and_, exists, func, insert, literal, select, text, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.dml import Insert, Update
 
 from storage import converters as cv
 from storage import domain as d
@@ -36,14 +37,14 @@ from storage.models import (
     TokenIds,
 )
 
-session_t = SessionRow.__table__
-node_t = NodeRow.__table__
-decision_t = DecisionRow.__table__
-label_t = LabelRow.__table__
-evaluation_t = EvaluationRow.__table__
-job_t = JobRow.__table__
-job_event_t = JobEventRow.__table__
-adapter_t = AdapterRow.__table__
+session_t = cast(Table, SessionRow.__table__)
+node_t = cast(Table, NodeRow.__table__)
+decision_t = cast(Table, DecisionRow.__table__)
+label_t = cast(Table, LabelRow.__table__)
+evaluation_t = cast(Table, EvaluationRow.__table__)
+job_t = cast(Table, JobRow.__table__)
+job_event_t = cast(Table, JobEventRow.__table__)
+adapter_t = cast(Table, AdapterRow.__table__)
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -706,7 +707,9 @@ class TraceStore:
             if existing is not None:
                 if not replace_existing:
                     raise StoreError(f"an adapter named {name!r} already exists")
-                stmt = update(adapter_t).where(adapter_t.c.id == existing[0]).values(values)
+                stmt: Update | Insert = (
+                    update(adapter_t).where(adapter_t.c.id == existing[0]).values(values)
+                )
             else:
                 stmt = insert(adapter_t).values(values)
             try:

@@ -1,0 +1,1 @@
+"""Theme files shipped with agent-console (see app/themes.py)."""

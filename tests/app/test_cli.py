@@ -285,3 +285,16 @@ def test_exit_codes_are_distinct() -> None:
     codes = [v for k, v in vars(exit_codes).items() if k.isupper()]
     assert len(codes) == len(set(codes)) == 5
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+
+
+def test_empty_db_flag_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--db", " ")
+    assert result.returncode == 2
+    assert "--db is empty" in _one_error_line(result)
+    assert not (tmp_path / "data").exists()  # the default store was not opened instead
+
+
+def test_config_naming_a_folder(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--config", str(tmp_path))
+    assert result.returncode == 2
+    assert "is a folder" in _one_error_line(result)

@@ -271,3 +271,9 @@ def test_a_set_database_is_used_as_given_and_makes_no_folder(tmp_path: Path) -> 
     assert Settings(db="  sqlite:////x/y.db ").database() == "sqlite:////x/y.db"
     assert Settings(db="   ").database() == str(tmp_path / "data" / "agent-console" / "traces.db")
     assert Settings(db=str(tmp_path / "mine.db")).database() == str(tmp_path / "mine.db")
+
+
+def test_an_explicit_environ_mapping_also_names_the_config_file(tmp_path: Path) -> None:
+    named = _file(tmp_path, 'theme = "from-mapping"\n')
+    settings = load_settings(environ={"AGENT_CONSOLE_CONFIG": str(named)})
+    assert settings.theme == "from-mapping"
