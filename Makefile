@@ -21,6 +21,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/startup.py
 
 install: $(STAMP)
 

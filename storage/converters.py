@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Row
@@ -57,8 +58,14 @@ def to_node(row: Row[Any], with_tokens: bool = False) -> d.Node:
     Whole-tree loads build tens of thousands of these, so fields go by position rather
     than by name lookups on the row's mapping.
     """
-    v = dict(zip(_NODE_FIELDS, row, strict=False))
     n = len(_NODE_FIELDS)
+    tokens = (row[n], row[n + 1]) if with_tokens else (None, None)
+    return node_from_values(dict(zip(_NODE_FIELDS, row, strict=False)), *tokens)
+
+
+def node_from_values(
+    v: Mapping[str, Any], token_ids: list[int] | None, logprobs: list[float] | None
+) -> d.Node:
     return d.Node(
         id=v["id"],
         session_id=v["session_id"],
@@ -77,13 +84,18 @@ def to_node(row: Row[Any], with_tokens: bool = False) -> d.Node:
         meta=v["meta"] or {},
         created_at=v["created_at"],
         updated_at=v["updated_at"],
-        token_ids=row[n] if with_tokens else None,
-        logprobs=row[n + 1] if with_tokens else None,
+        token_ids=token_ids,
+        logprobs=logprobs,
     )
 
 
-def to_decision(row: Row[Any]) -> d.Decision:
-    m = row._mapping
+def joined(row: Row[Any], columns: tuple[Any, ...]) -> Mapping[str, Any]:
+    """The last len(columns) values of a joined row, by the names of `columns`."""
+    return dict(zip((c.name for c in columns), row[len(row) - len(columns) :], strict=True))
+
+
+def to_decision(row: Row[Any] | Mapping[str, Any]) -> d.Decision:
+    m = row._mapping if isinstance(row, Row) else row
     return d.Decision(
         id=m["id"],
         node_id=m["node_id"],
@@ -95,8 +107,8 @@ def to_decision(row: Row[Any]) -> d.Decision:
     )
 
 
-def to_label(row: Row[Any]) -> d.Label:
-    m = row._mapping
+def to_label(row: Row[Any] | Mapping[str, Any]) -> d.Label:
+    m = row._mapping if isinstance(row, Row) else row
     return d.Label(
         id=m["id"],
         node_id=m["node_id"],

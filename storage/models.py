@@ -45,17 +45,21 @@ class PackedArray(TypeDecorator[list[Any]]):
         super().__init__()
         self.typecode = typecode
 
-    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> bytes | None:
+    def process_bind_param(
+        self, value: list[Any] | array[Any] | None, dialect: Dialect
+    ) -> bytes | None:
         if value is None:
             return None
-        packed = array(self.typecode, value)
+        packed = value if isinstance(value, array) else array(self.typecode, value)
         if sys.byteorder == "big":
+            packed = array(self.typecode, packed)
             packed.byteswap()
         return packed.tobytes()
 
-    def as_stored(self, value: list[Any] | None) -> list[Any] | None:
-        """`value` as it will read back (float32 rounding), without a round trip."""
-        return None if value is None else array(self.typecode, value).tolist()
+    def pack(self, value: list[Any] | None) -> array[Any] | None:
+        """`value` in its stored form: `.tolist()` on it is what will read back (float32
+        rounding included), and binding it skips a second conversion."""
+        return None if value is None else array(self.typecode, value)
 
     def process_result_value(self, value: bytes | None, dialect: Dialect) -> list[Any] | None:
         if value is None:

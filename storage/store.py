@@ -10,12 +10,27 @@ with keysets instead of holding a cursor.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Table, and_, exists, func, insert, literal, select, text, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Row,
+    Select,
+    Table,
+    and_,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert, Update
 
@@ -58,6 +73,10 @@ def _enum(kind: type[E], value: str | E) -> E:
     except ValueError:
         allowed = ", ".join(m.value for m in kind)
         raise ValueError(f"{value!r} is not a valid {kind.__name__} ({allowed})") from None
+
+
+def _unpack(packed: array[Any] | None) -> list[Any] | None:
+    return None if packed is None else packed.tolist()
 
 
 class TraceStore:
@@ -185,7 +204,10 @@ class TraceStore:
             conn.execute(
                 update(session_t).where(session_t.c.id == session_id).values(updated_at=now)
             )
-        return [self._node_from_values(row["id"], row) for row in rows]
+        return [
+            cv.node_from_values(row, _unpack(row["token_ids"]), _unpack(row["logprobs"]))
+            for row in rows
+        ]
 
     @staticmethod
     def _reserve_node_ids(conn: Connection, count: int) -> list[int]:
@@ -250,8 +272,8 @@ class TraceStore:
             "status": _enum(d.NodeStatus, n.status).value,
             "score": n.score,
             "score_parts": dict(n.score_parts),
-            "token_ids": TokenIds.as_stored(n.token_ids),
-            "logprobs": Logprobs.as_stored(n.logprobs),
+            "token_ids": TokenIds.pack(n.token_ids),
+            "logprobs": Logprobs.pack(n.logprobs),
             "sampling": dict(n.sampling),
             "edited_from_id": n.edited_from_id,
             "truncated": n.truncated,
@@ -260,30 +282,6 @@ class TraceStore:
             "created_at": now,
             "updated_at": now,
         }
-
-    @staticmethod
-    def _node_from_values(node_id: int, v: dict[str, Any]) -> d.Node:
-        return d.Node(
-            id=node_id,
-            session_id=v["session_id"],
-            parent_id=v["parent_id"],
-            tick=v["tick"],
-            kind=v["kind"],
-            text=v["text"],
-            author=d.Author(v["author"]),
-            status=d.NodeStatus(v["status"]),
-            score=v["score"],
-            score_parts=v["score_parts"],
-            sampling=v["sampling"],
-            edited_from_id=v["edited_from_id"],
-            truncated=v["truncated"],
-            prompt_hash=v["prompt_hash"],
-            meta=v["meta"],
-            created_at=v["created_at"],
-            updated_at=v["updated_at"],
-            token_ids=v["token_ids"],
-            logprobs=v["logprobs"],
-        )
 
     def get_node(self, node_id: int) -> d.Node:
         with self._read() as conn:
@@ -512,70 +510,46 @@ class TraceStore:
             ),
         )
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
-        label_columns = [c.label(f"label_{c.name}") for c in cv.LABEL_COLUMNS]
-        last = 0
-        while True:
-            stmt = (
-                select(*columns, *label_columns)
-                .join(node_t, node_t.c.id == label_t.c.node_id)
-                .where(effective, label_t.c.node_id > last)
-                .order_by(label_t.c.node_id)
-                .limit(page_size)
-            )
-            if since is not None:
-                stmt = stmt.where(label_t.c.created_at >= since)
-            with self._read() as conn:
-                rows = conn.execute(stmt).all()
-            for row in rows:
-                m = row._mapping
-                label = d.Label(
-                    id=m["label_id"],
-                    node_id=m["label_node_id"],
-                    value=d.LabelValue(m["label_value"]),
-                    scope=d.LabelScope(m["label_scope"]),
-                    note=m["label_note"],
-                    created_at=m["label_created_at"],
-                    retracted_at=None,
-                )
-                yield d.LabelledNode(node=cv.to_node(row, with_tokens), label=label)
-            if len(rows) < page_size:
-                return
-            last = rows[-1]._mapping["id"]
+        stmt = (
+            select(*columns, *cv.LABEL_COLUMNS)
+            .join(node_t, node_t.c.id == label_t.c.node_id)
+            .where(effective)
+            .order_by(label_t.c.node_id)
+        )
+        if since is not None:
+            stmt = stmt.where(label_t.c.created_at >= since)
+        for row in self._paged(stmt, label_t.c.node_id, page_size):
+            label = cv.to_label(cv.joined(row, cv.LABEL_COLUMNS))
+            yield d.LabelledNode(node=cv.to_node(row, with_tokens), label=label)
 
     def iter_decisions(
         self, *, since: float | None = None, page_size: int = 500, with_tokens: bool = False
     ) -> Iterator[d.DecidedNode]:
         """Every approval-gate decision with the node it judged, oldest first, paged."""
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
-        decision_columns = [c.label(f"decision_{c.name}") for c in cv.DECISION_COLUMNS]
+        stmt = (
+            select(*columns, *cv.DECISION_COLUMNS)
+            .join(node_t, node_t.c.id == decision_t.c.node_id)
+            .order_by(decision_t.c.id)
+        )
+        if since is not None:
+            stmt = stmt.where(decision_t.c.created_at >= since)
+        for row in self._paged(stmt, decision_t.c.id, page_size):
+            decision = cv.to_decision(cv.joined(row, cv.DECISION_COLUMNS))
+            yield d.DecidedNode(node=cv.to_node(row, with_tokens), decision=decision)
+
+    def _paged(self, stmt: Select[Any], key: Column[int], page_size: int) -> Iterator[Row[Any]]:
+        """Rows of `stmt` (ordered by `key`, which must be unique per row) one page per
+        short read: keyset paging, so no cursor or transaction stays open between pages."""
+        key_at = next(i for i, c in enumerate(stmt.selected_columns) if c is key)
         last = 0
         while True:
-            stmt = (
-                select(*columns, *decision_columns)
-                .join(node_t, node_t.c.id == decision_t.c.node_id)
-                .where(decision_t.c.id > last)
-                .order_by(decision_t.c.id)
-                .limit(page_size)
-            )
-            if since is not None:
-                stmt = stmt.where(decision_t.c.created_at >= since)
             with self._read() as conn:
-                rows = conn.execute(stmt).all()
-            for row in rows:
-                m = row._mapping
-                decision = d.Decision(
-                    id=m["decision_id"],
-                    node_id=m["decision_node_id"],
-                    verdict=d.Verdict(m["decision_verdict"]),
-                    reason=m["decision_reason"],
-                    actor=d.Actor(m["decision_actor"]),
-                    result_node_id=m["decision_result_node_id"],
-                    created_at=m["decision_created_at"],
-                )
-                yield d.DecidedNode(node=cv.to_node(row, with_tokens), decision=decision)
+                rows = conn.execute(stmt.where(key > last).limit(page_size)).all()
+            yield from rows
             if len(rows) < page_size:
                 return
-            last = rows[-1]._mapping["decision_id"]
+            last = rows[-1][key_at]
 
     # -- jobs and adapters ------------------------------------------------------------
 

@@ -22,16 +22,6 @@ from storage.migrate import SCHEMA_HEAD
 SCRIPT = Path(sys.executable).with_name("agent-console")
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process calls see the same isolated folders as the subprocesses."""
-    for name in list(os.environ):
-        if name.startswith("AGENT_CONSOLE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-
-
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_CONSOLE_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")

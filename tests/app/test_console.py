@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import io
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,6 @@ from app.console import FALLBACK_THEME, BlockEntry, BlockView, ConsoleApp, Sessi
 from storage import NewNode, Node, NodeStatus, TraceStore
 
 SIZE = (120, 40)
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_CONSOLE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 @pytest.fixture

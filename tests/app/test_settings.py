@@ -19,19 +19,6 @@ from agents.settings import (
 )
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point platformdirs at empty tmp folders and hide any AGENT_CONSOLE_* variable."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("AGENT_CONSOLE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    return tmp_path
-
-
 def _user_config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config" / "agent-console" / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,6 @@ one-line reason; `load_themes` sorts good files from broken ones."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,6 @@ import themes
 from app.themes import COLOR_FIELDS, OTHER_FIELDS, load_themes, parse_theme, theme_dirs
 
 SHIPPED = Path(themes.__file__).parent / "agent-console.toml"
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_CONSOLE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 def _theme(folder: Path, name: str, text: str | bytes) -> Path:
