@@ -13,9 +13,9 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
@@ -36,6 +36,25 @@ class Settings(BaseModel):
     theme: str = "agent-console"
     """Colour theme: a Textual theme name, or the name of a theme file in the package's
     themes/ folder or in the themes/ folder of the config dir."""
+
+    backend: Literal["auto", "transformers", "openai", "vllm"] = "auto"
+    """Where the model runs: `transformers` (in this process), `openai` (any
+    OpenAI-compatible server, such as `vllm serve` or `agent-console serve`), `vllm` (vLLM's
+    engine in this process, where vLLM is installed). `auto` picks `openai` when a base URL
+    is set and `transformers` otherwise."""
+
+    model: str = ""
+    """The model: a Hugging Face id, a local folder, or (for `openai`) the served model's
+    name. Empty means Qwen/Qwen2.5-0.5B-Instruct in process, or the server's only model."""
+
+    base_url: str = ""
+    """The OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."""
+
+    api_key: str = ""
+    """Key for the server; empty uses OPENAI_API_KEY, or none (vLLM needs none)."""
+
+    request_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a request to the model server may take before it counts as failed."""
 
     @field_validator("theme")
     @classmethod

@@ -264,3 +264,19 @@ def test_an_explicit_environ_mapping_also_names_the_config_file(tmp_path: Path) 
     named = _file(tmp_path, 'theme = "from-mapping"\n')
     settings = load_settings(environ={"AGENT_CONSOLE_CONFIG": str(named)})
     assert settings.theme == "from-mapping"
+
+
+def test_backend_settings_layer_and_validate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _user_config(tmp_path, 'backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    monkeypatch.setenv("AGENT_CONSOLE_REQUEST_TIMEOUT", "5")
+    settings = load_settings()
+    assert settings.backend == "openai"
+    assert settings.base_url == "http://127.0.0.1:9/v1"
+    assert settings.request_timeout == 5.0
+    assert "backend: Input should be 'auto', 'transformers', 'openai' or 'vllm'" in _error(
+        flags={"backend": "llama"}
+    )
+    monkeypatch.setenv("AGENT_CONSOLE_REQUEST_TIMEOUT", "0")
+    assert "AGENT_CONSOLE_REQUEST_TIMEOUT: request_timeout" in _error()
