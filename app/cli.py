@@ -11,18 +11,25 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
+
+if TYPE_CHECKING:
+    from agents.settings import Settings
 
 PROG = "agent-console"
 
 EPILOG = """\
 settings are read from config.toml in the platform config folder (or --config FILE, or
 the file named by AGENT_CONSOLE_CONFIG), then from AGENT_CONSOLE_<SETTING> environment
-variables (AGENT_CONSOLE_DB, AGENT_CONSOLE_THEME); flags win.
+variables (AGENT_CONSOLE_DB, AGENT_CONSOLE_THEME, AGENT_CONSOLE_BACKEND,
+AGENT_CONSOLE_MODEL, AGENT_CONSOLE_BASE_URL, AGENT_CONSOLE_API_KEY,
+AGENT_CONSOLE_REQUEST_TIMEOUT); flags win.
 
 exit codes: 0 ok, 1 internal error (traceback in the log file), 2 bad usage or config,
-4 trace store cannot be opened, 130 interrupted.
+3 no model can be loaded or served, 4 trace store cannot be opened, 130 interrupted.
 """
 
 
@@ -58,7 +65,80 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="colour theme: a Textual theme name or a theme file's name (default: agent-console)",
     )
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--backend",
+        choices=("auto", "transformers", "openai", "vllm", "none"),
+        help="where the model runs: in process (transformers, vllm), on an OpenAI-compatible "
+        "server (openai), or none to browse and label only (default: auto: openai when a "
+        "server is given or `agent-console serve` runs, else transformers)",
+    )
+    model.add_argument(
+        "--model",
+        dest="model_flag",
+        metavar="ID|PATH",
+        help="Hugging Face id, local folder, or the served model's name "
+        "(default: Qwen/Qwen2.5-0.5B-Instruct in process, the server's model otherwise)",
+    )
+    model.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible server such as http://127.0.0.1:8000/v1 "
+        "(the key comes from the api_key setting, AGENT_CONSOLE_API_KEY or OPENAI_API_KEY)",
+    )
+    model.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a request to the model server may take (default: 60)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_serve_parser(commands)
     return parser
+
+
+def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run a vLLM server for the agent's model (LoRA, prefix caching, logprobs on)",
+        description="Run a vLLM OpenAI-compatible server with the flags the agent needs, in "
+        "the foreground until Ctrl-C. While it runs, a console started without --base-url "
+        "uses it.",
+    )
+    serve.add_argument(
+        "--model",
+        metavar="ID|PATH",
+        help="Hugging Face id or local folder (default: the `model` setting, else "
+        "Qwen/Qwen2.5-0.5B-Instruct)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    serve.add_argument(
+        "--served-name", metavar="NAME", help="name clients ask for (default: the model)"
+    )
+    serve.add_argument("--max-model-len", type=int, metavar="N", help="context length to serve")
+    serve.add_argument("--dtype", default="auto", help="weights dtype (default: %(default)s)")
+    serve.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=64,
+        metavar="R",
+        help="largest adapter rank (default: 64)",
+    )
+    serve.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a LoRA adapter to serve from the start (repeatable; more can be loaded at run time)",
+    )
+    serve.add_argument(
+        "--vllm-python",
+        metavar="PATH",
+        help="a Python interpreter that has vLLM (default: this one, if it has it)",
+    )
 
 
 def fail(message: str, code: int) -> int:
@@ -74,9 +154,22 @@ def run(argv: Sequence[str] | None) -> int:
     from agents.settings import ConfigError, load_settings
 
     try:
-        settings = load_settings(args.config, {"db": args.db, "theme": args.theme})
+        settings = load_settings(
+            args.config,
+            {
+                "db": args.db,
+                "theme": args.theme,
+                "backend": args.backend,
+                "model": args.model_flag,
+                "base_url": args.base_url,
+                "request_timeout": args.request_timeout,
+            },
+        )
     except ConfigError as exc:
         return fail(str(exc), exit_codes.USAGE)
+
+    if args.command == "serve":
+        return run_serve(args, settings)
 
     from storage import StoreError, TraceStore
 
@@ -90,6 +183,42 @@ def run(argv: Sequence[str] | None) -> int:
     with store:
         ConsoleApp(store=store, settings=settings).run()
     return exit_codes.OK
+
+
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.backends import DEFAULT_MODEL, BackendError, ModelNotFoundError
+    from agents.serving import ServeOptions, check_model_available, find_vllm_python, serve
+    from agents.settings import data_dir
+
+    adapters = {}
+    for spec in args.adapter:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            return fail(f"--adapter {spec!r}: expected NAME=PATH", exit_codes.USAGE)
+        if not (Path(path).expanduser() / "adapter_config.json").is_file():
+            return fail(f"--adapter {name}: {path} has no adapter_config.json", exit_codes.USAGE)
+        adapters[name] = str(Path(path).expanduser().resolve())
+    if not 0 < args.port < 65536:
+        return fail(f"--port {args.port}: not a port number", exit_codes.USAGE)
+    model = args.model or settings.model.strip() or DEFAULT_MODEL
+    options = ServeOptions(
+        model=model,
+        host=args.host,
+        port=args.port,
+        served_name=args.served_name,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        max_lora_rank=args.max_lora_rank,
+        adapters=adapters,
+    )
+    try:
+        check_model_available(model)
+        python = find_vllm_python(args.vllm_python)
+        return serve(options, python=python, data_dir=data_dir(), announce=print)
+    except ModelNotFoundError as exc:
+        return fail(str(exc), exit_codes.MODEL)
+    except BackendError as exc:
+        return fail(str(exc), exit_codes.MODEL)
 
 
 def log_crash() -> str:

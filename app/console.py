@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -20,6 +21,9 @@ from textual.widgets.tree import TreeNode
 from textual.worker import Worker, WorkerState
 
 from agents.settings import Settings
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
 from app.themes import load_themes
 from storage import Label, LabelValue, Node, NodeStatus, Session, TraceStore
 
@@ -116,6 +120,35 @@ class ConsoleApp(App[None]):
         self.apply_theme()
         self.query_one("#trace-tree", Tree).focus()
         self.load_sessions()
+        self.backend: Backend | None = None
+        if self.settings.backend != "none":
+            self.sub_title = f"{self.store.where} · loading model…"
+            self.load_model()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="model")
+    def load_model(self) -> None:
+        """After the first frame: a real model takes seconds to minutes to load."""
+        from agents.backends import BackendError, open_backend
+
+        try:
+            backend = open_backend(self.settings)
+        except BackendError as exc:
+            self.call_from_thread(self.model_failed, str(exc))
+            return
+        self.call_from_thread(self.model_ready, backend)
+
+    def model_ready(self, backend: Backend) -> None:
+        self.backend = backend
+        self.sub_title = f"{self.store.where} · {backend.name}: {backend.model}"
+
+    def model_failed(self, reason: str) -> None:
+        self.sub_title = f"{self.store.where} · no model"
+        self.notify(
+            f"no model: {reason}. Browsing and labelling still work.",
+            severity="warning",
+            timeout=15,
+            markup=False,
+        )
 
     def apply_theme(self) -> None:
         themes, problems = load_themes()

@@ -85,13 +85,15 @@ def test_help_mentions_every_option_setting_and_exit_code(tmp_path: Path) -> Non
     for option in ("--db", "--config", "--theme", "--version", "--help"):
         assert option in out
     for name in Settings.model_fields:
-        assert f"--{name}" in out
+        if name != "api_key":  # a secret: never a flag, which `ps` would show
+            assert f"--{name.replace('_', '-')}" in out
         assert f"AGENT_CONSOLE_{name.upper()}" in out
     assert "AGENT_CONSOLE_CONFIG" in out
     codes = {
         exit_codes.OK: "ok",
         exit_codes.INTERNAL: "internal error",
         exit_codes.USAGE: "bad usage or config",
+        exit_codes.MODEL: "no model can be loaded or served",
         exit_codes.STORE: "trace store cannot be opened",
         exit_codes.INTERRUPTED: "interrupted",
     }
@@ -273,7 +275,7 @@ def test_relative_db_path_is_resolved_against_the_working_folder(
 
 def test_exit_codes_are_distinct() -> None:
     codes = [v for k, v in vars(exit_codes).items() if k.isupper()]
-    assert len(codes) == len(set(codes)) == 5
+    assert len(codes) == len(set(codes)) == 6
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
 
 

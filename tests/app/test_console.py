@@ -135,7 +135,7 @@ def _line_of(app: ConsoleApp, node: Node) -> int:
 
 
 async def test_sessions_are_listed_newest_updated_first(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         assert _visible(app) == [
@@ -156,7 +156,7 @@ async def test_sessions_are_listed_newest_updated_first(store: TraceStore, fille
 async def test_expanding_a_session_loads_its_ticks_and_blocks(
     store: TraceStore, filled: Filled
 ) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         await pilot.press("space")
@@ -180,7 +180,7 @@ async def test_expanding_a_session_loads_its_ticks_and_blocks(
 
 
 async def test_a_session_without_blocks_says_so(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         await pilot.press("down", "space")
@@ -189,7 +189,7 @@ async def test_a_session_without_blocks_says_so(store: TraceStore, filled: Fille
 
 
 async def test_the_selected_action_block_is_shown(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         await pilot.press("space")
@@ -210,7 +210,7 @@ async def test_the_selected_action_block_is_shown(store: TraceStore, filled: Fil
 
 
 async def test_labels_show_in_the_block_view_too(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         await pilot.press("space")
@@ -228,7 +228,7 @@ async def test_labels_show_in_the_block_view_too(store: TraceStore, filled: Fill
 
 
 async def test_the_screen_shows_the_tree_and_the_block(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         await pilot.press("space")
@@ -241,7 +241,7 @@ async def test_the_screen_shows_the_tree_and_the_block(store: TraceStore, filled
 
 
 async def test_an_empty_store(store: TraceStore) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         assert _visible(app) == ["no sessions yet"]
@@ -251,7 +251,7 @@ async def test_an_empty_store(store: TraceStore) -> None:
 
 
 async def test_r_reloads_the_sessions(store: TraceStore, filled: Filled) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         assert len(_visible(app)) == 2
@@ -264,7 +264,7 @@ async def test_r_reloads_the_sessions(store: TraceStore, filled: Filled) -> None
 
 
 async def test_r_on_an_empty_store_then_filled(store: TraceStore) -> None:
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         assert _visible(app) == ["no sessions yet"]
@@ -279,7 +279,7 @@ async def test_r_on_an_empty_store_then_filled(store: TraceStore) -> None:
 
 async def test_the_default_theme_is_applied(store: TraceStore) -> None:
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         assert app.theme == "agent-console"
@@ -290,7 +290,7 @@ async def test_the_default_theme_is_applied(store: TraceStore) -> None:
 
 async def test_an_unknown_theme_falls_back_with_an_error(store: TraceStore) -> None:
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings(theme="no-such-theme"))
+    app = ConsoleApp(store=store, settings=Settings(backend="none", theme="no-such-theme"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         assert app.theme == FALLBACK_THEME == "textual-dark"
@@ -300,7 +300,7 @@ async def test_an_unknown_theme_falls_back_with_an_error(store: TraceStore) -> N
 
 async def test_a_builtin_textual_theme_by_name(store: TraceStore) -> None:
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings(theme="nord"))
+    app = ConsoleApp(store=store, settings=Settings(backend="none", theme="nord"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         assert app.theme == "nord"
@@ -313,7 +313,7 @@ async def test_a_theme_file_in_the_config_folder_can_be_chosen(
     folder = tmp_path / "config" / "agent-console" / "themes"
     folder.mkdir(parents=True)
     (folder / "mine.toml").write_text('name = "mine"\nprimary = "#123456"\n', encoding="utf-8")
-    app = ConsoleApp(store=store, settings=Settings(theme="mine"))
+    app = ConsoleApp(store=store, settings=Settings(backend="none", theme="mine"))
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         assert app.theme == "mine"
@@ -328,7 +328,7 @@ async def test_broken_theme_files_warn_and_the_app_still_opens(
     (folder / "bad-toml.toml").write_text("name = \n", encoding="utf-8")
     (folder / "bad-colour.toml").write_text('name = "b"\nprimary = 12\n', encoding="utf-8")
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         warnings = notes.of("warning")
@@ -358,7 +358,7 @@ async def test_a_failed_reload_is_reported_and_the_app_keeps_running(
     store: TraceStore, filled: Filled, db: Path
 ) -> None:
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         before = _visible(app)
@@ -381,7 +381,7 @@ async def test_a_failed_block_load_is_reported_and_the_app_keeps_running(
     store: TraceStore, filled: Filled, db: Path
 ) -> None:
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings())
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await _settle(app, pilot)
         _drop(db, "label")
@@ -408,7 +408,7 @@ async def test_bracketed_text_in_notifications_and_titles_is_shown_literally(
     (folder / "odd.toml").write_text('name = "odd"\nprimary = "red"\n"[/]" = 1\n', "utf-8")
     session = store.create_session("task", title="[bold]x[/] [/]")
     notes = Notes()
-    app = ConsoleApp(store=store, settings=Settings(theme="[/red]"))
+    app = ConsoleApp(store=store, settings=Settings(backend="none", theme="[/red]"))
     # notifications=True: the toasts are really rendered, as they are outside tests
     async with app.run_test(size=SIZE, notifications=True, message_hook=notes) as pilot:
         await _settle(app, pilot)

@@ -275,7 +275,7 @@ def test_backend_settings_layer_and_validate(
     assert settings.backend == "openai"
     assert settings.base_url == "http://127.0.0.1:9/v1"
     assert settings.request_timeout == 5.0
-    assert "backend: Input should be 'auto', 'transformers', 'openai' or 'vllm'" in _error(
+    assert "backend: Input should be 'auto', 'transformers', 'openai', 'vllm' or 'none'" in _error(
         flags={"backend": "llama"}
     )
     monkeypatch.setenv("AGENT_CONSOLE_REQUEST_TIMEOUT", "0")

@@ -1,0 +1,159 @@
+"""The one interface every model backend implements, and its typed errors.
+
+A backend turns a prompt into `n` candidate completions with their token ids and
+logprobs, and scores yes/no questions as log-odds over the next token. Prompts are plain
+text already rendered by the runtime (see `render_chat` for the model's own template);
+a prompt may also be given as token ids where exact tokenization matters.
+
+Conventions every backend keeps, so the runtime and the training data don't care which
+one ran:
+- `Candidate.text` excludes the stop string that ended it (as vLLM does);
+  `Candidate.token_ids` are all the tokens the model generated, stop-string tokens
+  included, and `logprobs[i]` is the log-probability of `token_ids[i]` under the
+  distribution it was sampled from (temperature applied, no top-p/top-k truncation).
+- `finish_reason` is "stop" when a stop string or the end-of-sequence token ended the
+  completion, "length" when `max_tokens` did.
+- `score_yes_no` sums probability over the single-token spellings of yes and no the
+  tokenizer has ("yes", "Yes", "YES", " yes", ...) and returns ln p(yes) - ln p(no).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+FinishReason = Literal["stop", "length"]
+Prompt = str | list[int]
+
+YES_WORDS = ("yes", "Yes", "YES")
+NO_WORDS = ("no", "No", "NO")
+
+
+class BackendError(Exception):
+    """A model backend failed in a way the user can act on; `str()` is one line."""
+
+
+class ServerUnreachableError(BackendError):
+    """The model server did not answer (down, wrong URL, died mid-request, timed out)."""
+
+
+class ModelNotFoundError(BackendError):
+    """The model is not on disk, not in the cache, and cannot be downloaded."""
+
+
+class ContextOverflowError(BackendError):
+    """Prompt plus completion would not fit the model's context."""
+
+
+class AdapterError(BackendError):
+    """A LoRA adapter could not be loaded or is not known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+
+
+class Backend(ABC):
+    """A model the agent can sample from and ask yes/no questions of."""
+
+    #: "transformers", "openai" or "vllm"
+    name: str
+    #: the model id, path or served name
+    model: str
+
+    @abstractmethod
+    def generate(
+        self,
+        prompt: Prompt,
+        *,
+        n: int = 1,
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[Candidate]:
+        """`n` sampled completions of `prompt` (greedy when temperature is 0)."""
+
+    @abstractmethod
+    def score_yes_no(self, prompts: Sequence[str]) -> list[float]:
+        """For each prompt, ln p(yes) - ln p(no) over the next token, in one batch."""
+
+    @abstractmethod
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` as the model sees it (no special tokens added)."""
+
+    @abstractmethod
+    def render_chat(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        """`messages` through the model's own chat template."""
+
+    @property
+    @abstractmethod
+    def context_length(self) -> int:
+        """The most tokens prompt and completion may take together."""
+
+    @abstractmethod
+    def load_adapter(self, name: str, path: str) -> None:
+        """Make the LoRA adapter at `path` available as `name` (does not switch to it)."""
+
+    @abstractmethod
+    def use_adapter(self, name: str | None) -> None:
+        """Sample with adapter `name` from now on; None goes back to the base model."""
+
+    @abstractmethod
+    def adapters(self) -> list[str]:
+        """Names of the loaded adapters."""
+
+    @property
+    @abstractmethod
+    def active_adapter(self) -> str | None:
+        """The adapter in use, or None for the base model."""
+
+    def close(self) -> None:  # noqa: B027 - backends without resources need nothing
+        """Release the model or connection."""
+
+    def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
+        if prompt_tokens + max_tokens > self.context_length:
+            raise ContextOverflowError(
+                f"the prompt has {prompt_tokens} tokens; with {max_tokens} new tokens it "
+                f"exceeds the model's context of {self.context_length}"
+            )
+
+
+def yes_no_token_ids(encode: Callable[[str], list[int]]) -> tuple[list[int], list[int]]:
+    """Ids of every spelling of yes and of no (with and without a leading space) that
+    the tokenizer encodes as one token."""
+
+    def single(words: Sequence[str]) -> list[int]:
+        ids: set[int] = set()
+        for word in words:
+            for spelling in (word, " " + word):
+                encoded = encode(spelling)
+                if len(encoded) == 1:
+                    ids.add(encoded[0])
+        return sorted(ids)
+
+    yes, no = single(YES_WORDS), single(NO_WORDS)
+    if not yes or not no:
+        raise BackendError("the tokenizer has no single-token 'yes' or 'no': cannot score")
+    return yes, no
+
+
+def logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def log_odds(yes_logprobs: Sequence[float], no_logprobs: Sequence[float]) -> float:
+    """ln(sum p(yes spellings)) - ln(sum p(no spellings)), from per-token logprobs."""
+    return logsumexp(yes_logprobs) - logsumexp(no_logprobs)

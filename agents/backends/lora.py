@@ -1,0 +1,64 @@
+"""Checks on a LoRA adapter folder that need neither torch nor peft.
+
+Every backend loads adapters from a folder in PEFT format (what `trainer.save_model` and
+`PeftModel.save_pretrained` write, and what vLLM's `--lora-modules` reads). A wrong path
+or a folder of the wrong kind otherwise surfaces as a deep peft traceback or an HTTP 400
+from a server; reading the folder first turns it into one line the operator can act on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.backends.base import AdapterError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterInfo:
+    """What the adapter's own config says about it."""
+
+    path: Path
+    rank: int
+    base_model: str | None
+    target_modules: tuple[str, ...]
+
+
+def read_adapter(name: str, path: str | Path) -> AdapterInfo:
+    """The adapter at `path`, checked to be a LoRA adapter in PEFT format, or AdapterError
+    (one line naming the adapter and the problem)."""
+    folder = Path(path).expanduser()
+    where = f"adapter {name!r} at {folder}"
+    if not folder.is_dir():
+        raise AdapterError(f"{where}: no such folder")
+    config_file = folder / ADAPTER_CONFIG
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AdapterError(f"{where}: no {ADAPTER_CONFIG} (not a PEFT adapter folder)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise AdapterError(f"{where}: unreadable {ADAPTER_CONFIG}: {exc}") from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"{where}: {ADAPTER_CONFIG} is not a JSON object")
+    kind = config.get("peft_type")
+    if kind != "LORA":
+        raise AdapterError(f"{where}: a {kind or 'unknown'} adapter; only LoRA is supported")
+    if not any((folder / weights).is_file() for weights in ADAPTER_WEIGHTS):
+        raise AdapterError(f"{where}: no adapter weights ({' or '.join(ADAPTER_WEIGHTS)})")
+    rank = config.get("r")
+    if not isinstance(rank, int) or rank < 1:
+        raise AdapterError(f"{where}: bad LoRA rank {rank!r} in {ADAPTER_CONFIG}")
+    targets = config.get("target_modules") or ()
+    if isinstance(targets, str):  # peft allows one regex instead of a list
+        targets = (targets,)
+    base = config.get("base_model_name_or_path")
+    return AdapterInfo(
+        path=folder,
+        rank=rank,
+        base_model=base if isinstance(base, str) and base else None,
+        target_modules=tuple(str(t) for t in targets),
+    )

@@ -1,0 +1,717 @@
+"""A backend that talks to an OpenAI-compatible server: vLLM first, hosted chat APIs too.
+
+What it sends, and why:
+- Completions (`/v1/completions`) by default. A prompt given as text is tokenized first
+  (the server's `/tokenize`, or a local tokenizer when `tokenizer=` names one) and sent as
+  token ids, so the server sees exactly `tokenize(prompt)`: no BOS it would add itself, no
+  re-tokenization of a chat template's special tokens, and a token count for
+  `check_fits` before anything is sampled.
+- vLLM extensions, only when the server is vLLM (its `/v1/models` says `owned_by: vllm`):
+  `return_token_ids` (completion token ids without a second tokenization),
+  `return_tokens_as_token_ids` (logprob keys as `token_id:N`, so nothing depends on how a
+  token decodes), `logprob_token_ids` (the logprobs of exactly the yes/no spellings), and
+  `add_special_tokens: false` for text prompts. Other servers get the plain OpenAI fields.
+- `score_yes_no` is ONE completions request for all prompts, `max_tokens=1`, greedy, with
+  the logprobs of every single-token yes/no spelling (`logprob_token_ids`), summed by
+  `base.log_odds`. Servers without `logprob_token_ids` answer with their top-k logprobs
+  (k=20, vLLM's and OpenAI's usual maximum): a spelling outside the top k counts as absent,
+  and when every spelling of one side is absent its probability is bounded by the k-th
+  logprob, so the score stays finite (a bound, not an exact value).
+- Chat-only servers (`/v1/completions` answers 404, or `api="chat"`): each prompt goes as one
+  user message to `/v1/chat/completions` with `logprobs`/`top_logprobs`. The server's chat
+  template then wraps the prompt, so this is an approximation for APIs that allow nothing
+  else; scoring sends one request per prompt, concurrently.
+- vLLM rejects `n > 1` with temperature 0 ("n must be 1 when using greedy sampling"):
+  greedy candidates are identical anyway, so one is requested and repeated `n` times.
+- Logprobs are what the server reports. vLLM reports the raw (temperature-1) distribution
+  unless started with `--logprobs-mode processed_logprobs`, which base.py's convention
+  (temperature applied) needs; `agent-console serve` and the tests start it that way.
+
+Errors become base.py's typed errors with one-line messages: no answer, a refused or reset
+connection, a timeout or a dead engine -> ServerUnreachableError ("cannot reach the model
+server at URL: ..."); a context-length 400 -> ContextOverflowError; an unknown model ->
+ModelNotFoundError; an unknown or unloadable adapter -> AdapterError. Connection failures
+and 502/503/504 are retried `max_retries` times with exponential backoff (0.5 s, 1 s,
+2 s, ... capped at 8 s); a timeout is not retried (a slow server would only be asked
+again to be slow), and neither is any other status.
+
+Importing this module imports neither torch nor transformers, and not even openai: the
+client is created in the constructor, a local tokenizer on first use.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from agents.backends.base import (
+    NO_WORDS,
+    YES_WORDS,
+    AdapterError,
+    Backend,
+    BackendError,
+    Candidate,
+    ContextOverflowError,
+    FinishReason,
+    ModelNotFoundError,
+    Prompt,
+    ServerUnreachableError,
+    log_odds,
+    yes_no_token_ids,
+)
+
+if TYPE_CHECKING:
+    import openai
+
+T = TypeVar("T")
+ApiKind = Literal["auto", "completions", "chat"]
+
+#: top-k asked for when the server cannot return the logprobs of chosen token ids.
+TOP_LOGPROBS = 20
+#: vLLM writes -inf as this number (JSON has no infinity).
+VLLM_NEG_INF = -9999.0
+_TOKEN_ID_KEY = re.compile(r"^token_id:(\d+)$")
+_CONTEXT_WORDS = ("maximum context length", "max_model_len", "context length", "context_length")
+_RETRY_STATUSES = frozenset({502, 503, 504})
+_BACKOFF_START, _BACKOFF_CAP = 0.5, 8.0
+_GREEDY_EPS = 1e-5
+_CHAT_SCORE_WORKERS = 8
+
+
+class _EndpointMissing(BackendError):
+    """The server has no such route (a bare 404): callers fall back or explain."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _split_base_url(base_url: str) -> tuple[str, str]:
+    """(the OpenAI API root that clients take, the server root that vLLM's /tokenize and
+    /health hang off). A bare host gets /v1, as every OpenAI-compatible server uses it."""
+    url = base_url.strip().rstrip("/")
+    if not url:
+        raise BackendError("the openai backend needs a base URL, e.g. http://127.0.0.1:8000/v1")
+    if "://" not in url:
+        url = "http://" + url
+    path = urlsplit(url).path
+    if path in ("", "/"):
+        return url + "/v1", url
+    if path.endswith("/v1"):
+        return url, url[: -len("/v1")]
+    return url, url
+
+
+class OpenAIBackend(Backend):
+    """A model served over the OpenAI API (vLLM's server, or a hosted API).
+
+    `model` is the served name; empty picks the server's only (or first) base model.
+    `tokenizer` is a local tokenizer folder or hub id for the same model: it makes
+    tokenization and chat rendering local (no round trip) and is required for those on
+    servers other than vLLM. `api` forces completions or chat; "auto" uses completions and
+    falls back to chat when the server has no completions endpoint.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        tokenizer: str | None = None,
+        api: ApiKind = "auto",
+    ) -> None:
+        import openai
+
+        if api not in ("auto", "completions", "chat"):
+            raise BackendError(f"unknown api {api!r}: use 'auto', 'completions' or 'chat'")
+        if timeout <= 0:
+            raise BackendError("the request timeout must be positive")
+        self.base_url, self.root_url = _split_base_url(base_url)
+        self.timeout = float(timeout)
+        self.max_retries = max(0, int(max_retries))
+        self._api: ApiKind = api
+        self._tokenizer_path = tokenizer
+        self._hf_tokenizer: Any = None
+        self._yes_no: tuple[list[int], list[int]] | None = None
+        self._adapter: str | None = None
+        self._openai = openai
+        # Retries are ours (see the module docstring), so the client makes none.
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            timeout=self.timeout,
+            max_retries=0,
+        )
+        cards = self._model_cards()
+        self._is_vllm = any(card.get("owned_by") == "vllm" for card in cards)
+        self._max_model_len: int | None = None
+        self.model = model.strip()
+        if cards:
+            bases = [card for card in cards if not card.get("parent")]
+            if not self.model:
+                if not bases:
+                    raise ModelNotFoundError(f"the model server at {self.base_url} serves no model")
+                self.model = str(bases[0]["id"])
+            by_id = {str(card.get("id")): card for card in cards}
+            if self.model not in by_id:
+                served = ", ".join(sorted(by_id)) or "nothing"
+                raise ModelNotFoundError(
+                    f"the model server at {self.base_url} does not serve {self.model!r} "
+                    f"(it serves: {_one_line(served, 200)})"
+                )
+            length = by_id[self.model].get("max_model_len")
+            if isinstance(length, int) and length > 0:
+                self._max_model_len = length
+        elif not self.model:
+            raise ModelNotFoundError(
+                f"the model server at {self.base_url} does not list its models: name one"
+            )
+
+    # ----------------------------------------------------------------- requests
+
+    def _call(self, what: str, request: Callable[[], T]) -> T:
+        """Run one request with retries, turning every failure into a typed error."""
+        openai = self._openai
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                return request()
+            except openai.APITimeoutError:
+                raise ServerUnreachableError(
+                    f"cannot reach the model server at {self.base_url}: no answer to "
+                    f"{what} within {self.timeout:g} s"
+                ) from None
+            except openai.APIConnectionError as error:
+                if attempt + 1 < attempts:
+                    time.sleep(min(_BACKOFF_START * 2**attempt, _BACKOFF_CAP))
+                    continue
+                cause = error.__cause__ or error
+                raise ServerUnreachableError(
+                    f"cannot reach the model server at {self.base_url}: "
+                    f"{_one_line(str(cause) or type(cause).__name__, 160)} "
+                    f"({attempts} attempt{'s' if attempts > 1 else ''})"
+                ) from None
+            except openai.APIStatusError as error:
+                if error.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
+                    time.sleep(min(_BACKOFF_START * 2**attempt, _BACKOFF_CAP))
+                    continue
+                raise self._status_error(error, what) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _status_error(self, error: openai.APIStatusError, what: str) -> BackendError:
+        body = error.body
+        message = ""
+        if isinstance(body, Mapping):
+            inner = body.get("error", body)
+            if isinstance(inner, Mapping):
+                message = str(inner.get("message") or inner.get("detail") or "")
+            else:
+                message = str(inner)
+        message = _one_line(message or error.message)
+        status = error.status_code
+        lowered = message.lower()
+        where = f"the model server at {self.base_url}"
+        if status == 404 and lowered in ("not found", "none", ""):
+            return _EndpointMissing(f"{where} has no endpoint for {what}")
+        if status in (400, 413, 422) and any(word in lowered for word in _CONTEXT_WORDS):
+            return ContextOverflowError(f"{where} refused {what}: {message}")
+        if status == 404 and "does not exist" in lowered and "model" in lowered:
+            if self._adapter is not None:
+                return AdapterError(
+                    f"{where} no longer has adapter {self._adapter!r} (restarted?): {message}"
+                )
+            return ModelNotFoundError(f"{where} does not serve {self.model!r}: {message}")
+        if status in (401, 403):
+            return BackendError(f"{where} refused the API key ({status}): {message}")
+        if status >= 500 and "dead" in lowered:
+            return ServerUnreachableError(
+                f"cannot reach the model server at {self.base_url}: its engine died ({message})"
+            )
+        return BackendError(f"{where} answered {what} with {status}: {message}")
+
+    def _post_root(self, path: str, body: Mapping[str, Any], what: str) -> Any:
+        """POST to a route outside /v1 (vLLM's /tokenize, /detokenize)."""
+        url = f"{self.root_url}{path}"
+        return self._call(what, lambda: self._client.post(url, cast_to=object, body=body))
+
+    def _model_cards(self) -> list[dict[str, Any]]:
+        try:
+            listing = self._call(
+                "the model list", lambda: self._client.get("/models", cast_to=object)
+            )
+        except _EndpointMissing:
+            return []
+        data = listing.get("data") if isinstance(listing, Mapping) else None
+        return [dict(card) for card in data or [] if isinstance(card, Mapping)]
+
+    @property
+    def _request_model(self) -> str:
+        return self._adapter or self.model
+
+    # ------------------------------------------------------------- tokenizer
+
+    def _local_tokenizer(self) -> Any:
+        if self._hf_tokenizer is None and self._tokenizer_path:
+            try:
+                from transformers import AutoTokenizer
+
+                self._hf_tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path)
+            except (OSError, ValueError) as error:
+                raise ModelNotFoundError(
+                    f"cannot load the tokenizer {self._tokenizer_path!r}: {_one_line(str(error))}"
+                ) from None
+        return self._hf_tokenizer
+
+    def tokenize(self, text: str) -> list[int]:
+        local = self._local_tokenizer()
+        if local is not None:
+            return list(local.encode(text, add_special_tokens=False))
+        try:
+            reply = self._post_root(
+                "/tokenize",
+                {"model": self.model, "prompt": text, "add_special_tokens": False},
+                "tokenize",
+            )
+        except _EndpointMissing:
+            raise BackendError(
+                f"the model server at {self.base_url} cannot tokenize (no /tokenize, so not "
+                "vLLM): pass a local tokenizer (tokenizer=PATH or hub id of the same model)"
+            ) from None
+        return [int(token) for token in reply["tokens"]]
+
+    def _detokenize(self, ids: Sequence[int]) -> str:
+        local = self._local_tokenizer()
+        if local is not None:
+            return str(local.decode(list(ids), skip_special_tokens=False))
+        try:
+            reply = self._post_root(
+                "/detokenize", {"model": self.model, "tokens": list(ids)}, "detokenize"
+            )
+        except _EndpointMissing:
+            raise BackendError(
+                f"the model server at {self.base_url} cannot detokenize (not vLLM): pass a "
+                "local tokenizer (tokenizer=PATH or hub id of the same model)"
+            ) from None
+        return str(reply["prompt"])
+
+    def render_chat(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        """The local tokenizer's template when given; else vLLM renders it (/tokenize with
+        messages, then /detokenize, which keeps special tokens): the server's own template,
+        exactly, for byte-level tokenizers such as Qwen2's."""
+        local = self._local_tokenizer()
+        if local is not None:
+            return str(
+                local.apply_chat_template(
+                    list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+                )
+            )
+        try:
+            reply = self._post_root(
+                "/tokenize",
+                {
+                    "model": self.model,
+                    "messages": list(messages),
+                    "add_generation_prompt": add_generation_prompt,
+                },
+                "render the chat template",
+            )
+        except _EndpointMissing:
+            raise BackendError(
+                f"the model server at {self.base_url} cannot render chat templates (not "
+                "vLLM): pass a local tokenizer (tokenizer=PATH or hub id of the same model)"
+            ) from None
+        return self._detokenize([int(token) for token in reply["tokens"]])
+
+    @property
+    def context_length(self) -> int:
+        if self._max_model_len is not None:
+            return self._max_model_len
+        local = self._local_tokenizer()
+        length = getattr(local, "model_max_length", None)
+        if isinstance(length, int) and 0 < length < 10**7:
+            return length
+        raise BackendError(
+            f"the model server at {self.base_url} does not report {self.model!r}'s context "
+            "length: pass a local tokenizer that records it"
+        )
+
+    # ---------------------------------------------------------------- generate
+
+    def generate(
+        self,
+        prompt: Prompt,
+        *,
+        n: int = 1,
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[Candidate]:
+        if n < 1 or max_tokens < 1:
+            raise BackendError("generate needs n >= 1 and max_tokens >= 1")
+        if temperature < 0:
+            raise BackendError("temperature must be >= 0")
+        greedy = temperature < _GREEDY_EPS
+        asked = 1 if greedy else n
+        stop = [text for text in stop if text]
+        if self._api != "chat":
+            try:
+                candidates = self._generate_completions(
+                    prompt, asked, max_tokens, stop, temperature, seed
+                )
+            except _EndpointMissing:
+                if self._api == "completions":
+                    raise
+                self._api = "chat"
+            else:
+                return candidates * n if greedy else candidates
+        candidates = self._generate_chat(prompt, asked, max_tokens, stop, temperature, seed)
+        return candidates * n if greedy else candidates
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int] | None:
+        """Token ids of the prompt, or None when the server cannot tokenize (then the text
+        goes as is and the server tokenizes it)."""
+        if not isinstance(prompt, str):
+            return [int(token) for token in prompt]
+        if self._local_tokenizer() is None and not self._is_vllm:
+            return None
+        return self.tokenize(prompt)
+
+    def _generate_completions(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int | None,
+    ) -> list[Candidate]:
+        ids = self._prompt_ids(prompt)
+        if ids is not None:
+            if not ids:
+                raise BackendError("the prompt is empty")
+            self.check_fits(len(ids), max_tokens)
+        extra: dict[str, Any] = {}
+        if self._is_vllm:
+            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+        options: dict[str, Any] = {}
+        if stop:
+            options["stop"] = list(stop)
+        if seed is not None:
+            options["seed"] = seed
+        reply = self._call(
+            "a completion request",
+            lambda: self._client.completions.create(
+                model=self._request_model,
+                prompt=ids if ids is not None else str(prompt),
+                n=n,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                logprobs=0,
+                extra_body=extra or None,
+                **options,
+            ),
+        )
+        candidates = []
+        for choice in sorted(reply.choices, key=lambda choice: choice.index):
+            extras = choice.model_extra or {}
+            logprobs = choice.logprobs
+            tokens = list(logprobs.tokens or []) if logprobs else []
+            values = list(logprobs.token_logprobs or []) if logprobs else []
+            token_ids = extras.get("token_ids")
+            if token_ids is None:
+                token_ids = self._ids_of_tokens(tokens, choice.text)
+            candidates.append(
+                Candidate(
+                    text=choice.text,
+                    token_ids=[int(token) for token in token_ids],
+                    logprobs=[_logprob(value) for value in values],
+                    finish_reason=_finish(choice.finish_reason),
+                )
+            )
+        return candidates
+
+    def _ids_of_tokens(self, tokens: Sequence[str], text: str) -> list[int]:
+        """Token ids from `token_id:N` logprob keys; a server that sends token text instead
+        gets the completion re-tokenized (may not line up 1:1 with its logprobs)."""
+        parsed = [_TOKEN_ID_KEY.match(token) for token in tokens]
+        if parsed and all(parsed):
+            return [int(match.group(1)) for match in parsed if match]
+        if not text:
+            return []
+        try:
+            return self.tokenize(text)
+        except BackendError:
+            return []
+
+    def _chat_messages(self, prompt: Prompt) -> list[dict[str, str]]:
+        text = prompt if isinstance(prompt, str) else self._detokenize(prompt)
+        return [{"role": "user", "content": text}]
+
+    def _generate_chat(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int | None,
+    ) -> list[Candidate]:
+        messages = self._chat_messages(prompt)
+        extra: dict[str, Any] = {}
+        if self._is_vllm:
+            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+        options: dict[str, Any] = {}
+        if stop:
+            options["stop"] = list(stop)
+        if seed is not None:
+            options["seed"] = seed
+        reply = self._call(
+            "a chat completion request",
+            lambda: self._client.chat.completions.create(
+                model=self._request_model,
+                messages=messages,  # type: ignore[arg-type]
+                n=n,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                logprobs=True,
+                extra_body=extra or None,
+                **options,
+            ),
+        )
+        candidates = []
+        for choice in sorted(reply.choices, key=lambda choice: choice.index):
+            extras = choice.model_extra or {}
+            content = (choice.logprobs.content or []) if choice.logprobs else []
+            text = choice.message.content or ""
+            token_ids = extras.get("token_ids")
+            if token_ids is None:
+                token_ids = self._ids_of_tokens([item.token for item in content], text)
+            candidates.append(
+                Candidate(
+                    text=text,
+                    token_ids=[int(token) for token in token_ids],
+                    logprobs=[_logprob(item.logprob) for item in content],
+                    finish_reason=_finish(choice.finish_reason),
+                )
+            )
+        return candidates
+
+    # ------------------------------------------------------------------- score
+
+    def _yes_no_ids(self) -> tuple[list[int], list[int]]:
+        if self._yes_no is None:
+            self._yes_no = yes_no_token_ids(self.tokenize)
+        return self._yes_no
+
+    def score_yes_no(self, prompts: Sequence[str]) -> list[float]:
+        if not prompts:
+            return []
+        if self._is_vllm or self._local_tokenizer() is not None:
+            yes_ids, no_ids = self._yes_no_ids()
+        else:
+            # No way to tokenize: the spellings are matched by their text alone.
+            yes_ids, no_ids = [], []
+        if self._api != "chat":
+            try:
+                return self._score_completions(prompts, yes_ids, no_ids)
+            except _EndpointMissing:
+                if self._api == "completions":
+                    raise
+                self._api = "chat"
+        return self._score_chat(prompts, yes_ids, no_ids)
+
+    def _score_completions(
+        self, prompts: Sequence[str], yes_ids: list[int], no_ids: list[int]
+    ) -> list[float]:
+        wanted = sorted({*yes_ids, *no_ids})
+        extra: dict[str, Any]
+        if self._is_vllm:
+            # Text prompts, tokenized by the server exactly as /tokenize does: one request,
+            # not one tokenize round trip per prompt.
+            extra = {
+                "logprob_token_ids": wanted,
+                "return_tokens_as_token_ids": True,
+                "add_special_tokens": False,
+            }
+            top = len(wanted)
+        else:
+            extra, top = {}, TOP_LOGPROBS
+        reply = self._call(
+            "a scoring request",
+            lambda: self._client.completions.create(
+                model=self._request_model,
+                prompt=list(prompts),
+                n=1,
+                max_tokens=1,
+                temperature=0.0,
+                logprobs=top,
+                extra_body=extra or None,
+            ),
+        )
+        choices = sorted(reply.choices, key=lambda choice: choice.index)
+        if len(choices) != len(prompts):
+            raise BackendError(
+                f"the model server at {self.base_url} answered {len(choices)} scores for "
+                f"{len(prompts)} prompts"
+            )
+        scores = []
+        for choice in choices:
+            top_logprobs = (choice.logprobs.top_logprobs if choice.logprobs else None) or []
+            step = (top_logprobs[0] if top_logprobs else None) or {}
+            scores.append(self._log_odds(step.items(), yes_ids, no_ids))
+        return scores
+
+    def _score_chat(
+        self, prompts: Sequence[str], yes_ids: list[int], no_ids: list[int]
+    ) -> list[float]:
+        wanted = sorted({*yes_ids, *no_ids})
+
+        def one(prompt: str) -> float:
+            extra: dict[str, Any] = {}
+            if self._is_vllm:
+                extra = {"logprob_token_ids": wanted, "return_tokens_as_token_ids": True}
+            reply = self._call(
+                "a scoring request",
+                lambda: self._client.chat.completions.create(
+                    model=self._request_model,
+                    messages=self._chat_messages(prompt),  # type: ignore[arg-type]
+                    n=1,
+                    max_tokens=1,
+                    temperature=0.0,
+                    logprobs=True,
+                    top_logprobs=TOP_LOGPROBS,
+                    extra_body=extra or None,
+                ),
+            )
+            choice = reply.choices[0]
+            content = (choice.logprobs.content or []) if choice.logprobs else []
+            first = content[0].top_logprobs if content else []
+            return self._log_odds(((item.token, item.logprob) for item in first), yes_ids, no_ids)
+
+        if len(prompts) == 1:
+            return [one(prompts[0])]
+        with ThreadPoolExecutor(max_workers=min(_CHAT_SCORE_WORKERS, len(prompts))) as pool:
+            return list(pool.map(one, prompts))
+
+    def _log_odds(
+        self, entries: Iterable[tuple[str, float]], yes_ids: list[int], no_ids: list[int]
+    ) -> float:
+        """Sum the yes and no spellings among one position's returned logprobs. Keys are
+        `token_id:N` (vLLM) or token text (other servers, matched to the spellings)."""
+        yes_set, no_set = set(yes_ids), set(no_ids)
+        yes_text, no_text = self._spelling_texts()
+        yes: list[float] = []
+        no: list[float] = []
+        seen: set[str] = set()
+        returned: list[float] = []
+        for key, raw in entries:
+            if key in seen:
+                continue
+            seen.add(key)
+            value = _logprob(raw)
+            returned.append(value)
+            match = _TOKEN_ID_KEY.match(key)
+            if match:
+                token = int(match.group(1))
+                if token in yes_set:
+                    yes.append(value)
+                elif token in no_set:
+                    no.append(value)
+            elif key in yes_text:
+                yes.append(value)
+            elif key in no_text:
+                no.append(value)
+        # A side with no spelling among the returned top k has at most the k-th
+        # probability: use that bound rather than -inf.
+        floor = min(returned) if returned else -math.inf
+        if not yes and not no:
+            return 0.0
+        return log_odds(yes or [floor], no or [floor])
+
+    @staticmethod
+    def _spelling_texts() -> tuple[set[str], set[str]]:
+        def spellings(words: Sequence[str]) -> set[str]:
+            return {form for word in words for form in (word, " " + word)}
+
+        return spellings(YES_WORDS), spellings(NO_WORDS)
+
+    # ---------------------------------------------------------------- adapters
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Ask the server to load the adapter at `path` (a path on the server's machine;
+        resolved here when it exists here). Loading a name again replaces it in place."""
+        if not name.strip():
+            raise AdapterError("an adapter needs a name")
+        if name == self.model:
+            raise AdapterError(f"an adapter cannot take the base model's name {name!r}")
+        local = Path(path).expanduser()
+        server_path = str(local.resolve()) if local.exists() else str(path)
+        body: dict[str, Any] = {"lora_name": name, "lora_path": server_path}
+        if name in self.adapters():
+            body["load_inplace"] = True
+        try:
+            self._call(
+                f"loading adapter {name!r}",
+                lambda: self._client.post("/load_lora_adapter", cast_to=str, body=body),
+            )
+        except _EndpointMissing:
+            raise AdapterError(
+                f"the model server at {self.base_url} cannot load adapters at run time: "
+                "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+            ) from None
+        except (ServerUnreachableError, AdapterError):
+            raise
+        except BackendError as error:
+            raise AdapterError(
+                f"cannot load adapter {name!r} from {server_path}: {error}"
+            ) from None
+
+    def use_adapter(self, name: str | None) -> None:
+        if name is not None and name not in self.adapters():
+            loaded = ", ".join(self.adapters()) or "none"
+            raise AdapterError(f"no adapter named {name!r} is loaded (loaded: {loaded})")
+        self._adapter = name
+
+    def adapters(self) -> list[str]:
+        """The adapters the server has for this model, whoever loaded them (its
+        `/v1/models` lists them with the base model as parent)."""
+        return sorted(
+            str(card["id"]) for card in self._model_cards() if card.get("parent") == self.model
+        )
+
+    @property
+    def active_adapter(self) -> str | None:
+        return self._adapter
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _logprob(value: float | None) -> float:
+    """vLLM writes -inf as -9999.0; a missing value (none reported) is -inf too."""
+    if value is None or value <= VLLM_NEG_INF:
+        return -math.inf
+    return float(value)
+
+
+def _finish(reason: str | None) -> FinishReason:
+    return "length" if reason == "length" else "stop"
+
+
+__all__ = ["OpenAIBackend"]

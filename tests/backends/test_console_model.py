@@ -1,0 +1,58 @@
+"""The console loads the model in a worker after its first frame, and opens anyway when
+there is none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.notifications import Notify
+
+from agents.settings import Settings
+from app.console import ConsoleApp
+from storage import TraceStore
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with TraceStore(tmp_path / "t.db") as opened:
+        yield opened
+
+
+async def test_the_model_loads_after_the_first_frame(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    settings = Settings(backend="transformers", model=str(tiny_model_dir))
+    app = ConsoleApp(store=store, settings=settings)
+    async with app.run_test() as pilot:
+        assert "loading model" in app.sub_title  # the frame is up before the model
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.backend is not None
+        assert app.sub_title.endswith(f"transformers: {tiny_model_dir}")
+        assert app.backend.score_yes_no(["Is it? "])  # a live model, not a placeholder
+
+
+async def test_no_model_is_one_notification_and_the_console_works(
+    store: TraceStore, tmp_path: Path
+) -> None:
+    notes: list[str] = []
+
+    def hook(message: object) -> None:
+        if isinstance(message, Notify):
+            notes.append(message.notification.message)
+
+    missing = tmp_path / "no-such-model"
+    app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(missing)))
+    async with app.run_test(message_hook=hook) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.backend is None
+        assert app.sub_title.endswith("no model")
+        (note,) = [n for n in notes if n.startswith("no model:")]
+        assert str(missing) in note and "--base-url" in note and "\n" not in note
+        await pilot.press("r")
+        await app.workers.wait_for_complete()
+        assert app.is_running
