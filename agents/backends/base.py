@@ -128,6 +128,16 @@ class Backend(ABC):
             )
 
 
+def one_line(text: object, limit: int = 300) -> str:
+    """An error's text squeezed onto one line for the CLI or a notification: whitespace
+    runs collapse, and past `limit` characters it is cut with an ellipsis. An exception
+    with no text gives its type's name."""
+    flat = " ".join(str(text).split())
+    if not flat and isinstance(text, BaseException):
+        flat = type(text).__name__
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def yes_no_token_ids(encode: Callable[[str], list[int]]) -> tuple[list[int], list[int]]:
     """Ids of every spelling of yes and of no (with and without a leading space) that
     the tokenizer encodes as one token."""

@@ -64,6 +64,7 @@ from agents.backends.base import (
     Prompt,
     ServerUnreachableError,
     log_odds,
+    one_line,
     yes_no_token_ids,
 )
 
@@ -87,11 +88,6 @@ _CHAT_SCORE_WORKERS = 8
 
 class _EndpointMissing(BackendError):
     """The server has no such route (a bare 404): callers fall back or explain."""
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _split_base_url(base_url: str) -> tuple[str, str]:
@@ -170,7 +166,7 @@ class OpenAIBackend(Backend):
                 served = ", ".join(sorted(by_id)) or "nothing"
                 raise ModelNotFoundError(
                     f"the model server at {self.base_url} does not serve {self.model!r} "
-                    f"(it serves: {_one_line(served, 200)})"
+                    f"(it serves: {one_line(served, 200)})"
                 )
             length = by_id[self.model].get("max_model_len")
             if isinstance(length, int) and length > 0:
@@ -201,7 +197,7 @@ class OpenAIBackend(Backend):
                 cause = error.__cause__ or error
                 raise ServerUnreachableError(
                     f"cannot reach the model server at {self.base_url}: "
-                    f"{_one_line(str(cause) or type(cause).__name__, 160)} "
+                    f"{one_line(str(cause) or type(cause).__name__, 160)} "
                     f"({attempts} attempt{'s' if attempts > 1 else ''})"
                 ) from None
             except openai.APIStatusError as error:
@@ -220,7 +216,7 @@ class OpenAIBackend(Backend):
                 message = str(inner.get("message") or inner.get("detail") or "")
             else:
                 message = str(inner)
-        message = _one_line(message or error.message)
+        message = one_line(message or error.message)
         status = error.status_code
         lowered = message.lower()
         where = f"the model server at {self.base_url}"
@@ -271,7 +267,7 @@ class OpenAIBackend(Backend):
                 self._hf_tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path)
             except (OSError, ValueError) as error:
                 raise ModelNotFoundError(
-                    f"cannot load the tokenizer {self._tokenizer_path!r}: {_one_line(str(error))}"
+                    f"cannot load the tokenizer {self._tokenizer_path!r}: {one_line(str(error))}"
                 ) from None
         return self._hf_tokenizer
 
@@ -406,14 +402,7 @@ class OpenAIBackend(Backend):
             if not ids:
                 raise BackendError("the prompt is empty")
             self.check_fits(len(ids), max_tokens)
-        extra: dict[str, Any] = {}
-        if self._is_vllm:
-            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
-        options: dict[str, Any] = {}
-        if stop:
-            options["stop"] = list(stop)
-        if seed is not None:
-            options["seed"] = seed
+        extra, options = self._sampling_options(stop, seed)
         reply = self._call(
             "a completion request",
             lambda: self._client.completions.create(
@@ -446,6 +435,20 @@ class OpenAIBackend(Backend):
             )
         return candidates
 
+    def _sampling_options(
+        self, stop: Sequence[str], seed: int | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(vLLM's extra body, the standard options) shared by completions and chat."""
+        extra: dict[str, Any] = {}
+        if self._is_vllm:
+            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+        options: dict[str, Any] = {}
+        if stop:
+            options["stop"] = list(stop)
+        if seed is not None:
+            options["seed"] = seed
+        return extra, options
+
     def _ids_of_tokens(self, tokens: Sequence[str], text: str) -> list[int]:
         """Token ids from `token_id:N` logprob keys; a server that sends token text instead
         gets the completion re-tokenized (may not line up 1:1 with its logprobs)."""
@@ -473,14 +476,7 @@ class OpenAIBackend(Backend):
         seed: int | None,
     ) -> list[Candidate]:
         messages = self._chat_messages(prompt)
-        extra: dict[str, Any] = {}
-        if self._is_vllm:
-            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
-        options: dict[str, Any] = {}
-        if stop:
-            options["stop"] = list(stop)
-        if seed is not None:
-            options["seed"] = seed
+        extra, options = self._sampling_options(stop, seed)
         reply = self._call(
             "a chat completion request",
             lambda: self._client.chat.completions.create(

@@ -42,6 +42,7 @@ from agents.backends.base import (
     ModelNotFoundError,
     Prompt,
     log_odds,
+    one_line,
     yes_no_token_ids,
 )
 from agents.backends.lora import read_adapter
@@ -65,11 +66,6 @@ _DTYPES = {
 }
 #: Below this a tokenizer's `model_max_length` is a real limit; above it, a placeholder.
 _SANE_MAX_LENGTH = 10_000_000
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
 
 
 def _env_offline() -> bool:
@@ -189,7 +185,7 @@ class TransformersBackend(Backend):
             )
         except OSError as exc:
             if local:  # a model folder transformers cannot read
-                raise self._not_found(model, _one_line(exc)[:200]) from exc
+                raise self._not_found(model, one_line(exc, 200)) from exc
             raise self._hub_not_found(model, offline, exc) from exc
         except ValueError as exc:
             # An id the hub rejects as malformed is a name nobody can find.
@@ -197,15 +193,15 @@ class TransformersBackend(Backend):
 
             if isinstance(exc, HFValidationError):
                 raise self._hub_not_found(model, offline, exc) from exc
-            raise BackendError(f"cannot load {model!r} as a causal LM: {_one_line(exc)}") from exc
+            raise BackendError(f"cannot load {model!r} as a causal LM: {one_line(exc)}") from exc
         except (ImportError, KeyError, RuntimeError) as exc:
-            raise BackendError(f"cannot load {model!r} as a causal LM: {_one_line(exc)}") from exc
+            raise BackendError(f"cannot load {model!r} as a causal LM: {one_line(exc)}") from exc
 
         try:
             base.to(self._device).eval()
         except (AssertionError, RuntimeError, ValueError) as exc:  # no such device, no memory
             raise BackendError(
-                f"cannot put {model!r} on device {self._device!r}: {_one_line(exc)}"
+                f"cannot put {model!r} on device {self._device!r}: {one_line(exc)}"
             ) from exc
         self._eos_ids = self._eos_token_ids(base, tokenizer)
         if tokenizer.pad_token_id is None:
@@ -262,7 +258,7 @@ class TransformersBackend(Backend):
             switch = "HF_HUB_OFFLINE is set" if _env_offline() else "local files only"
             why = f"not in the Hugging Face cache, and downloads are off ({switch})"
         else:
-            why = f"not in the Hugging Face cache and not downloadable ({_one_line(exc)[:160]})"
+            why = f"not in the Hugging Face cache and not downloadable ({one_line(exc)[:160]})"
         return self._not_found(model, why)
 
     def _locate(self, model: str) -> tuple[str, bool]:
@@ -506,7 +502,7 @@ class TransformersBackend(Backend):
             except Exception as exc:  # peft raises many kinds; all mean "won't load"
                 raise AdapterError(
                     f"adapter {name!r} at {info.path} does not fit model {self.model!r}: "
-                    f"{_one_line(exc)}"
+                    f"{one_line(exc)}"
                 ) from exc
             self._adapter_paths[name] = str(info.path)
 

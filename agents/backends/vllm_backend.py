@@ -27,6 +27,7 @@ from agents.backends.base import (
     ModelNotFoundError,
     Prompt,
     log_odds,
+    one_line,
     yes_no_token_ids,
 )
 
@@ -67,9 +68,8 @@ class VLLMBackend(Backend):
                 **engine_args,
             )
         except (OSError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelNotFoundError(
-                f"cannot load model {model!r} ({first}); give a local folder with --model PATH "
+                f"cannot load model {model!r} ({one_line(exc, 200)}); give a local folder with --model PATH "
                 "or a running server with --base-url URL"
             ) from None
         self._tokenizer = self._llm.get_tokenizer()
@@ -185,8 +185,9 @@ class VLLMBackend(Backend):
                     lora_request=request,
                 )
         except Exception as exc:  # vLLM raises assorted types for bad adapters
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise AdapterError(f"cannot load adapter {name!r} from {path}: {first}") from None
+            raise AdapterError(
+                f"cannot load adapter {name!r} from {path}: {one_line(exc, 200)}"
+            ) from None
         self._adapters[name] = request
 
     def use_adapter(self, name: str | None) -> None:
