@@ -9,12 +9,15 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("textual", "torch", "transformers")
+HEAVY = ("textual", "torch", "transformers", "vllm", "openai", "peft")
 
 # Opening a store also imports Alembic (the schema is created), so that path is covered too.
+# Every backend module is imported: each loads its library only when it is constructed.
 PROBE = """
 import json, sys, tempfile, pathlib
-import agents, training, storage, storage.store
+import agents, training, storage, storage.store, agents.settings, agents.serving
+import agents.backends, agents.backends.transformers_backend, agents.backends.openai_backend
+import agents.backends.vllm_backend, agents.backends.lora
 from storage import TraceStore
 with tempfile.TemporaryDirectory() as d:
     TraceStore(pathlib.Path(d) / "t.db").close()
