@@ -178,6 +178,8 @@ class TransformersBackend(Backend):
         self._dtype = self._pick_dtype(torch, self._device, dtype)
         offline = _env_offline() if local_files_only is None else local_files_only
         source, local = self._locate(model)
+        if not local and not offline:
+            offline = self._cached_or_unreachable(model)
         try:
             tokenizer: Any = AutoTokenizer.from_pretrained(source, local_files_only=offline)
             base: Any = AutoModelForCausalLM.from_pretrained(
@@ -260,6 +262,28 @@ class TransformersBackend(Backend):
         else:
             why = f"not in the Hugging Face cache and not downloadable ({one_line(exc)[:160]})"
         return self._not_found(model, why)
+
+    def _cached_or_unreachable(self, model: str) -> bool:
+        """True when `model` is already in the Hugging Face cache (then load it without
+        asking the hub); a ModelNotFoundError at once when it is not and the hub can't be
+        reached, where huggingface_hub's retries would take most of a minute to say so."""
+        import socket
+        from urllib.parse import urlsplit
+
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(model, "config.json"), str):
+            return True
+        endpoint = urlsplit(constants.ENDPOINT)
+        port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+        try:
+            socket.create_connection((endpoint.hostname or "", port), timeout=5).close()
+        except OSError as exc:
+            why = (
+                f"not in the Hugging Face cache, and {endpoint.hostname} cannot be reached ({exc})"
+            )
+            raise self._not_found(model, why) from None
+        return False
 
     def _locate(self, model: str) -> tuple[str, bool]:
         """The local folder `model` names, or `model` itself as a hub id; and which."""

@@ -110,6 +110,33 @@ def test_uncached_hub_id_offline_is_not_found(
     assert "--model" in message and "--base-url" in message and "\n" not in message
 
 
+def test_unreachable_hub_fails_at_once(tmp_path: Path) -> None:
+    """Not cached and the hub down: one line in seconds, not huggingface_hub's retries."""
+    import os
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nobody listens
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))
+    code = (
+        "from agents.backends.transformers_backend import TransformersBackend\n"
+        "from agents.backends.base import ModelNotFoundError\n"
+        "try:\n    TransformersBackend('nobody/not-a-model')\n"
+        "except ModelNotFoundError as e:\n    print(e)\n"
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    assert "cannot be reached" in done.stdout and "--model PATH" in done.stdout
+    assert elapsed < 30  # huggingface_hub's own retries took ~48 s here
+
+
 def test_basics(backend: TransformersBackend, tiny_model_dir: Path) -> None:
     from tokenizers import Tokenizer
 
