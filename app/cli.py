@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
@@ -186,7 +185,8 @@ def run(argv: Sequence[str] | None) -> int:
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from agents.backends import DEFAULT_MODEL, BackendError, ModelNotFoundError
+    from agents.backends import DEFAULT_MODEL, AdapterError, BackendError, ModelNotFoundError
+    from agents.backends.lora import read_adapter
     from agents.serving import ServeOptions, check_model_available, find_vllm_python, serve
     from agents.settings import data_dir
 
@@ -195,9 +195,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             return fail(f"--adapter {spec!r}: expected NAME=PATH", exit_codes.USAGE)
-        if not (Path(path).expanduser() / "adapter_config.json").is_file():
-            return fail(f"--adapter {name}: {path} has no adapter_config.json", exit_codes.USAGE)
-        adapters[name] = str(Path(path).expanduser().resolve())
+        try:
+            adapters[name] = str(read_adapter(name, path).path.resolve())
+        except AdapterError as exc:
+            return fail(str(exc), exit_codes.USAGE)
     if not 0 < args.port < 65536:
         return fail(f"--port {args.port}: not a port number", exit_codes.USAGE)
     model = args.model or settings.model.strip() or DEFAULT_MODEL

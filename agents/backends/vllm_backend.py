@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agents.backends.base import (
@@ -30,6 +29,7 @@ from agents.backends.base import (
     one_line,
     yes_no_token_ids,
 )
+from agents.backends.lora import read_adapter
 
 
 class VLLMBackend(Backend):
@@ -169,9 +169,8 @@ class VLLMBackend(Backend):
     def load_adapter(self, name: str, path: str) -> None:
         from vllm.lora.request import LoRARequest
 
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise AdapterError(f"{path} is not a LoRA adapter folder (no adapter_config.json)")
-        request = LoRARequest(name, next(self._adapter_ids), str(Path(path).resolve()))
+        folder = read_adapter(name, path).path
+        request = LoRARequest(name, next(self._adapter_ids), str(folder.resolve()))
         # vLLM loads an adapter on its first use: use it once now, so a broken or
         # mismatched adapter fails here, with its name, and not in the middle of a tick.
         from vllm import SamplingParams

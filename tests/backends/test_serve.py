@@ -55,6 +55,16 @@ def test_nothing_to_serve_exits_3_in_one_line(tmp_path: Path, model: str, expect
     assert expected in line and "--model PATH" in line and "--base-url" in line
 
 
+def test_a_bad_adapter_is_a_usage_error(tmp_path: Path, tiny_model_dir: Path) -> None:
+    result = subprocess.run(
+        [str(SCRIPT), "serve", "--model", str(tiny_model_dir), "--adapter", f"a1={tmp_path}"],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "adapter 'a1'" in line and "not a PEFT adapter folder" in line
+
+
 def test_serve_without_vllm_exits_3(tmp_path: Path, tiny_model_dir: Path) -> None:
     result = subprocess.run(
         [str(SCRIPT), "serve", "--model", str(tiny_model_dir)], env=_env(tmp_path),
