@@ -57,6 +57,65 @@ class Settings(BaseModel):
     request_timeout: float = Field(default=60.0, gt=0)
     """Seconds a request to the model server may take before it counts as failed."""
 
+    approval: Literal["ask", "auto", "evaluated", "deny"] = "ask"
+    """Who approves an action before it runs: `ask` (the operator, every action), `auto`
+    (run it; the operator may pause), `evaluated` (run it when its score clears
+    `approval_threshold`, else ask), `deny` (never run actions: a dry run). Headless runs
+    have no operator to ask: there `ask` acts as `deny`."""
+
+    approval_threshold: float = 2.0
+    """Score (evaluator log-odds plus penalties) an action needs under `evaluated`."""
+
+    candidates: int = Field(default=4, ge=1, le=64)
+    """Candidates sampled for each block the model writes."""
+
+    escalation: tuple[int, ...] = (4, 16)
+    """More candidates sampled, round by round, while the best score is under
+    `rank_threshold` (or no candidate's code parses). Empty: never sample more."""
+
+    rank_threshold: float = 1.0
+    """The score a best candidate needs to stop escalation."""
+
+    pick: Literal["best", "softmax"] = "best"
+    """How the chosen candidate is picked: the best score, or a softmax draw over scores."""
+
+    temperature: float = Field(default=0.8, ge=0)
+    """Sampling temperature for the model's blocks."""
+
+    block_tokens: int = Field(default=512, ge=8)
+    """The most tokens one block may take; a block that reaches it is closed as truncated."""
+
+    context_tokens: int = Field(default=0, ge=0)
+    """The most tokens of context the agent's prompts may take (0: the model's whole
+    context). Past it, the oldest ticks collapse to one-line summaries."""
+
+    max_ticks: int = Field(default=20, ge=1)
+    """Ticks one run may take before the session ends as truncated."""
+
+    max_session_tokens: int = Field(default=200_000, ge=1)
+    """Generated tokens (all candidates) one run may take before it ends as truncated."""
+
+    action_timeout: float = Field(default=30.0, gt=0)
+    """Seconds one action, evaluation or observation callback may run in the sandbox."""
+
+    @field_validator("escalation", mode="before")
+    @classmethod
+    def _escalation_list(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: "4,16"
+            parts = [p for p in value.replace(" ", "").split(",") if p]
+            try:
+                return tuple(int(p) for p in parts)
+            except ValueError:
+                raise ValueError("expected comma-separated counts, e.g. 4,16") from None
+        return value
+
+    @field_validator("escalation")
+    @classmethod
+    def _escalation_positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(n < 1 or n > 64 for n in value):
+            raise ValueError("each escalation round samples 1 to 64 candidates")
+        return value
+
     @field_validator("theme")
     @classmethod
     def _theme_not_blank(cls, value: str) -> str:
@@ -71,6 +130,10 @@ class Settings(BaseModel):
         folder = data_dir()
         folder.mkdir(parents=True, exist_ok=True)
         return str(folder / "traces.db")
+
+    def sessions_dir(self) -> Path:
+        """Where each session's work directory lives: sessions/<id>/work beside the store."""
+        return data_dir() / "sessions"
 
 
 def config_dir() -> Path:

@@ -25,10 +25,15 @@ settings are read from config.toml in the platform config folder (or --config FI
 the file named by AGENT_CONSOLE_CONFIG), then from AGENT_CONSOLE_<SETTING> environment
 variables (AGENT_CONSOLE_DB, AGENT_CONSOLE_THEME, AGENT_CONSOLE_BACKEND,
 AGENT_CONSOLE_MODEL, AGENT_CONSOLE_BASE_URL, AGENT_CONSOLE_API_KEY,
-AGENT_CONSOLE_REQUEST_TIMEOUT); flags win.
+AGENT_CONSOLE_REQUEST_TIMEOUT, AGENT_CONSOLE_APPROVAL, AGENT_CONSOLE_APPROVAL_THRESHOLD,
+AGENT_CONSOLE_CANDIDATES, AGENT_CONSOLE_ESCALATION, AGENT_CONSOLE_RANK_THRESHOLD,
+AGENT_CONSOLE_PICK, AGENT_CONSOLE_TEMPERATURE, AGENT_CONSOLE_BLOCK_TOKENS,
+AGENT_CONSOLE_CONTEXT_TOKENS, AGENT_CONSOLE_MAX_TICKS, AGENT_CONSOLE_MAX_SESSION_TOKENS,
+AGENT_CONSOLE_ACTION_TIMEOUT); flags win.
 
-exit codes: 0 ok, 1 internal error (traceback in the log file), 2 bad usage or config,
-3 no model can be loaded or served, 4 trace store cannot be opened, 130 interrupted.
+exit codes: 0 ok (--query: the session completed), 1 internal error (traceback in the log
+file) or the session failed, 2 bad usage or config, 3 no model can be loaded or served,
+4 session truncated (tick or token limit), 5 trace store cannot be opened, 130 interrupted.
 """
 
 
@@ -91,9 +96,72 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds a request to the model server may take (default: 60)",
     )
+    add_runtime_arguments(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve_parser(commands)
+    commands.add_parser(
+        "doctor",
+        help="check the sandbox, the model backend and the trace store, and say how to fix "
+        "what is wrong",
+        description="Check what agent-console needs and explain each problem in one line.",
+    )
     return parser
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    session = parser.add_argument_group("sessions")
+    session.add_argument(
+        "--query",
+        metavar="TEXT",
+        help="run one session headless and print the agent's final message: TEXT is the "
+        "task (or, with --task or --resume, the operator's message to the agent)",
+    )
+    session.add_argument(
+        "--task",
+        metavar="NAME|FILE",
+        help="a shipped task's name (vigenere, fix_failing_test, csv_summary) or a task file "
+        "(.toml or .py)",
+    )
+    session.add_argument(
+        "--resume", type=int, metavar="ID", help="continue stored session ID from its tree"
+    )
+    session.add_argument(
+        "--json",
+        action="store_true",
+        help="with --query: print one JSON event per line (node, decision, evaluation, "
+        "message, status) instead of the final message",
+    )
+    session.add_argument(
+        "--approval",
+        choices=("ask", "auto", "evaluated", "deny"),
+        help="who approves actions: ask the operator, auto, evaluated (auto above "
+        "--approval-threshold), deny (a dry run). Headless, ask acts as deny (default: ask)",
+    )
+    session.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run model-written code WITHOUT the bubblewrap sandbox (only rlimits and "
+        "timeouts): it can read and change anything you can. Never on a machine you care about",
+    )
+    tuning = parser.add_argument_group("agent")
+    for flag, kind, metavar, text in RUNTIME_FLAGS:
+        tuning.add_argument(flag, type=kind, metavar=metavar, help=text)
+
+
+# Values are checked by the settings model, so a bad one is reported naming the setting.
+RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
+    ("--approval-threshold", float, "SCORE", "score an action needs under evaluated (2.0)"),
+    ("--candidates", int, "N", "candidates sampled per block (4)"),
+    ("--escalation", str, "N,N", "more candidates per round while the best is weak (4,16)"),
+    ("--rank-threshold", float, "SCORE", "best score that stops escalation (1.0)"),
+    ("--pick", str, "best|softmax", "how the chosen candidate is picked (best)"),
+    ("--temperature", float, "T", "sampling temperature (0.8)"),
+    ("--block-tokens", int, "N", "most tokens one block may take (512)"),
+    ("--context-tokens", int, "N", "most tokens of context per prompt (0: the model's)"),
+    ("--max-ticks", int, "N", "ticks before the session ends truncated (20)"),
+    ("--max-session-tokens", int, "N", "generated tokens before it ends truncated (200000)"),
+    ("--action-timeout", float, "SECONDS", "time one sandboxed callback may run (30)"),
+)
 
 
 def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -162,6 +230,11 @@ def run(argv: Sequence[str] | None) -> int:
                 "model": args.model_flag,
                 "base_url": args.base_url,
                 "request_timeout": args.request_timeout,
+                "approval": args.approval,
+                **{
+                    flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
+                    for flag, *_ in RUNTIME_FLAGS
+                },
             },
         )
     except ConfigError as exc:
@@ -169,6 +242,18 @@ def run(argv: Sequence[str] | None) -> int:
 
     if args.command == "serve":
         return run_serve(args, settings)
+    if args.command == "doctor":
+        from app.doctor import run_doctor
+
+        return run_doctor(settings)
+    if args.query is not None or args.resume is not None:
+        from app.headless import run_query
+
+        return run_query(args, settings)
+    for flag in ("json", "task", "unsafe_no_sandbox"):
+        if getattr(args, flag):
+            name = "--" + flag.replace("_", "-")
+            return fail(f"{name} goes with --query (a headless session)", exit_codes.USAGE)
 
     from storage import StoreError, TraceStore
 

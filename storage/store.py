@@ -93,6 +93,18 @@ class TraceStore:
             self.close()
             raise
 
+    def health(self) -> dict[str, str]:
+        """What `agent-console doctor` reports: where the store is, its schema revision,
+        and for SQLite the journal mode and `PRAGMA quick_check`."""
+        from storage.migrate import current_revision
+
+        with self._read() as conn:
+            report = {"where": self.where, "schema": str(current_revision(conn))}
+            if sqlite_path(self.url) is not None:
+                report["journal_mode"] = str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+                report["integrity"] = str(conn.exec_driver_sql("PRAGMA quick_check").scalar())
+        return report
+
     def close(self) -> None:
         self._writer.dispose()
         self._reader.dispose()
@@ -343,6 +355,27 @@ class TraceStore:
             )
             if done.rowcount == 0:
                 raise NotFoundError(f"no node {node_id}")
+
+    def update_node(
+        self,
+        node_id: int,
+        *,
+        status: d.NodeStatus | str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> d.Node:
+        """Change a node's status and merge keys into its metadata (the text, score and
+        tokens of a node never change: an edit is a new node)."""
+        with self._write() as conn:
+            row = conn.execute(select(node_t.c.meta).where(node_t.c.id == node_id)).first()
+            if row is None:
+                raise NotFoundError(f"no node {node_id}")
+            values: dict[str, Any] = {"updated_at": time.time()}
+            if status is not None:
+                values["status"] = _enum(d.NodeStatus, status).value
+            if meta:
+                values["meta"] = {**(row[0] or {}), **meta}
+            conn.execute(update(node_t).where(node_t.c.id == node_id).values(values))
+        return self.get_node(node_id)
 
     # -- decisions, labels, evaluations -----------------------------------------------
 

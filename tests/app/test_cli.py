@@ -94,6 +94,7 @@ def test_help_mentions_every_option_setting_and_exit_code(tmp_path: Path) -> Non
         exit_codes.INTERNAL: "internal error",
         exit_codes.USAGE: "bad usage or config",
         exit_codes.MODEL: "no model can be loaded or served",
+        exit_codes.TRUNCATED: "session truncated",
         exit_codes.STORE: "trace store cannot be opened",
         exit_codes.INTERRUPTED: "interrupted",
     }
@@ -172,7 +173,7 @@ def test_config_errors_come_before_the_store_is_touched(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()
 
 
-# -- the store cannot be opened: exit 4 ---------------------------------------------------
+# -- the store cannot be opened: exit 5 ---------------------------------------------------
 
 
 def test_db_that_is_random_bytes_is_refused_and_left_alone(tmp_path: Path) -> None:
@@ -274,8 +275,10 @@ def test_relative_db_path_is_resolved_against_the_working_folder(
 
 
 def test_exit_codes_are_distinct() -> None:
-    codes = [v for k, v in vars(exit_codes).items() if k.isupper()]
-    assert len(codes) == len(set(codes)) == 6
+    codes = {k: v for k, v in vars(exit_codes).items() if k.isupper()}
+    assert set(codes.values()) == {0, 1, 2, 3, 4, 5, 130}
+    # one code per outcome; the only shared one: a failed session and a bug both exit 1
+    assert [k for k, v in codes.items() if v == 1] == ["INTERNAL", "FAILED"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
 
 

@@ -121,7 +121,7 @@ def test_config_and_weights(tiny_model_dir: Path) -> None:
     assert config["model_type"] == "qwen2"
     assert config["architectures"] == ["Qwen2ForCausalLM"]
     assert config["hidden_size"] // config["num_attention_heads"] == 32  # vLLM CPU minimum
-    assert config["max_position_embeddings"] == 2048
+    assert config["max_position_embeddings"] == 8192
     assert not list(tiny_model_dir.glob("*.bin"))
     with safe_open(str(tiny_model_dir / "model.safetensors"), framework="pt") as weights:
         names = list(weights.keys())

@@ -142,7 +142,7 @@ def test_basics(backend: TransformersBackend, tiny_model_dir: Path) -> None:
 
     raw = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
     assert backend.name == "transformers" and backend.model == str(tiny_model_dir)
-    assert backend.context_length == 2048
+    assert backend.context_length == 8192
     text = "def f(x):\n\treturn x  # Привет 你好 <|im_end|>"
     assert backend.tokenize(text) == raw.encode(text, add_special_tokens=False).ids
     chat = backend.render_chat([{"role": "user", "content": "Hi"}])

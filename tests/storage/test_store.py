@@ -452,6 +452,20 @@ def test_set_node_status(store: TraceStore) -> None:
     assert store.get_node(node.id).status is NodeStatus.EXECUTED
 
 
+def test_update_node_merges_meta_and_keeps_text(store: TraceStore) -> None:
+    session = store.create_session("t")
+    node = store.add_node(session.id, NewNode(kind="action", text="x = 1", meta={"index": 3}))
+    after = store.update_node(node.id, status="executed", meta={"result": [1, "two"]})
+    assert after.status is NodeStatus.EXECUTED
+    assert after.meta == {"index": 3, "result": [1, "two"]}
+    assert after.text == "x = 1"
+    again = store.update_node(node.id, meta={"index": 4})
+    assert again.meta == {"index": 4, "result": [1, "two"]}
+    assert again.status is NodeStatus.EXECUTED
+    with pytest.raises(NotFoundError):
+        store.update_node(node.id + 1000, meta={"a": 1})
+
+
 # -- decisions -----------------------------------------------------------------------------
 
 

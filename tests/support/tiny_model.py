@@ -36,7 +36,7 @@ MODEL_MARKER = "tiny_model.complete.json"
 ADAPTER_MARKER = "tiny_adapter.complete.json"
 
 VOCAB_SIZE = 3000
-MAX_POSITIONS = 2048
+MAX_POSITIONS = 8192
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 #: Spellings that must come out of the tokenizer as one token each (the yes/no scorer
 #: and the tests rely on them).

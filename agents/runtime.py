@@ -1,0 +1,1010 @@
+"""The tick runtime: the agent's loop, every step stored in the trace tree as it happens.
+
+One `Runtime` runs one session. Each tick (see `agents.blocks` for the order) it writes
+the runtime's blocks, samples candidates for each block the model writes and ranks them
+(`agents.ranking`), asks the approval gate before an action runs (`agents.approval`),
+runs the action, the evaluation callbacks and the observation views in the session's
+sandboxed kernel (`agents.sandbox`), and stores everything: candidates as sibling nodes,
+verdicts as decisions, callback results as evaluations. It reports each step to a
+listener as a plain-dict `Event` (the console turns them into messages; `--query --json`
+prints them).
+
+The runtime is synchronous and thread-safe where it has to be: the console runs it in a
+worker thread and calls `stop`, `pause`, `unpause` and `post_message` from the UI thread.
+It never imports Textual.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agents import blocks, ranking
+from agents.approval import Aborted, ApprovalRequest, Asker, Decision, Gate, Policy
+from agents.backends.base import BackendError
+from agents.blocks import Header
+from agents.sandbox import CallResult, Kernel, Limits, SandboxUnavailable, sandbox_status
+from agents.tasks import Task, seed_workdir
+from storage import (
+    Actor,
+    Author,
+    EvaluationKind,
+    NewNode,
+    Node,
+    NodeStatus,
+    SessionStatus,
+    TraceStore,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
+    from agents.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+#: Tokens kept free beyond what is counted (a BPE merge across a block boundary).
+CONTEXT_MARGIN = 8
+#: Runtime-written text (tool output, tracebacks, observation views) is clipped to this
+#: many characters in a block; the sandbox's own caps still apply to what is stored.
+RUNTIME_TEXT_CHARS = 4000
+REMINDER_CHARS = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of a session, JSON-safe: `kind` is node, decision, evaluation, message,
+    approval or status; `data` holds the fields."""
+
+    kind: str
+    session_id: int
+    data: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"event": self.kind, "session": self.session_id, **self.data}
+
+
+Listener = Callable[[Event], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """The settings one run uses (a snapshot is stored with the session)."""
+
+    candidates: int = 4
+    escalation: tuple[int, ...] = (4, 16)
+    rank_threshold: float = 1.0
+    pick: str = "best"
+    temperature: float = 0.8
+    block_tokens: int = 512
+    context_tokens: int = 0
+    max_ticks: int = 20
+    max_session_tokens: int = 200_000
+    approval: str = "ask"
+    approval_threshold: float = 2.0
+    action_timeout: float = 30.0
+    unsafe_no_sandbox: bool = False
+    seed: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> RunOptions:
+        values = {
+            name: getattr(settings, name)
+            for name in cls.__dataclass_fields__
+            if hasattr(settings, name)
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How a run ended."""
+
+    session_id: int
+    status: SessionStatus
+    #: the agent's last word to the operator, or a summary of how it ended
+    message: str
+    #: why it ended, when not completed
+    reason: str | None = None
+    ticks: int = 0
+    tokens: int = 0
+    backend_error: BackendError | None = None
+
+
+class _Truncated(Exception):
+    pass
+
+
+class _Finished(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Attempt:
+    node: Node
+    result: CallResult
+
+
+@dataclass(slots=True)
+class _TickState:
+    tick: int
+    failed_attempts: int = 0
+    action: _Attempt | None = None
+    evaluations: list[str] = field(default_factory=list)
+
+
+class Runtime:
+    """Runs one session of `task` against `backend`, storing it in `store`."""
+
+    def __init__(
+        self,
+        store: TraceStore,
+        backend: Backend,
+        task: Task,
+        options: RunOptions,
+        *,
+        sessions_dir: Path,
+        listener: Listener | None = None,
+        asker: Asker | None = None,
+        resume: int | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.task = task
+        self.options = options
+        self.sessions_dir = sessions_dir
+        self.listener = listener
+        self.gate = Gate(options.approval, options.approval_threshold, asker)
+        self.resume_id = resume
+        self.session_id = 0
+        self.path: list[Node] = []
+        self.tokens = 0
+        self.ticks_run = 0
+        self.last_message: str | None = None
+        self.finish_message: str | None = None
+        self.task_passed: tuple[int, int] = (0, 0)
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._chat: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._rng = random.Random(options.seed)
+        self._kernel: Kernel | None = None
+
+    # -- control (any thread) ------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Abort the session: at the next block boundary, or at once while it waits for
+        the operator or runs code in the sandbox."""
+        self._stop.set()
+        self._running.set()
+        kernel = self._kernel
+        if kernel is not None:
+            kernel.close()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def unpause(self) -> None:
+        self._running.set()
+
+    def post_message(self, text: str) -> None:
+        """An operator chat message: it enters the context as an observation block at the
+        next tick boundary."""
+        if text.strip():
+            self._chat.put(text)
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Run the session until it completes, fails, is truncated or is stopped.
+        Raises `SandboxUnavailable` (before anything is stored) when code cannot run
+        safely, and ValueError when a session to resume has nothing to resume from."""
+        try:
+            self._open()
+        except BaseException as exc:
+            if self._kernel is not None:
+                self._kernel.close()
+            if self.session_id:
+                self._set_status(SessionStatus.FAILED, str(exc))
+            raise
+        status, reason, error = SessionStatus.FAILED, None, None
+        try:
+            status, reason = self._loop()
+        except (Aborted, KeyboardInterrupt):
+            status, reason = SessionStatus.ABORTED, "stopped by the operator"
+        except BackendError as exc:
+            status, reason, error = SessionStatus.FAILED, f"model backend: {exc}", exc
+        finally:
+            if self._kernel is not None:
+                self._kernel.close()
+            self._set_status(status, reason)
+        message = self.finish_message or self.last_message or self._summary(status, reason)
+        return Outcome(self.session_id, status, message, reason, self.ticks_run, self.tokens, error)
+
+    def _summary(self, status: SessionStatus, reason: str | None) -> str:
+        passed, total = self.task_passed
+        checks = f"; {passed}/{total} task checks passed" if total else ""
+        why = f" ({reason})" if reason else ""
+        return f"session {self.session_id} {status.value} after {self.ticks_run} ticks{checks}{why}"
+
+    def _open(self) -> None:
+        if not self.options.unsafe_no_sandbox:
+            status = sandbox_status()
+            if not status.ok:
+                raise SandboxUnavailable(f"the sandbox is unavailable: {status.detail}", status.fix)
+        if self.resume_id is None:
+            session = self.store.create_session(
+                self.task.prompt,
+                title=self.task.title,
+                backend=self.backend.name,
+                model=self.backend.model,
+                adapter=self.backend.active_adapter,
+                settings={"task": task_snapshot(self.task), "run": self.options.snapshot()},
+            )
+            self.session_id = session.id
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            seed_workdir(self.task, self.workdir)
+            self._start_kernel()
+            self._genesis()
+            self._tick = 1
+        else:
+            self.session_id = self.resume_id
+            self._tick = self._load_path()
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._set_status(SessionStatus.RUNNING, "resumed")
+            self._start_kernel()
+
+    @property
+    def workdir(self) -> Path:
+        return self.sessions_dir / str(self.session_id) / "work"
+
+    def _load_path(self) -> int:
+        """The path a resumed session continues from: up to its last complete tick (a
+        half-done tick stays in the tree as a branch). Returns the next tick."""
+        nodes = self.store.tree(self.session_id)
+        live = [n for n in nodes if n.status is not NodeStatus.ALTERNATE]
+        if not live:
+            raise ValueError(f"session {self.session_id} has no blocks to resume from")
+        path = self.store.path(live[-1].id)
+        cut = max(i for i, n in enumerate(path) if n.kind in (blocks.OUTCOME, blocks.GENESIS))
+        self.path = path[: cut + 1]
+        return self.path[-1].tick + 1
+
+    def _loop(self) -> tuple[SessionStatus, str | None]:
+        start = self._tick
+        try:
+            for tick in range(start, start + self.options.max_ticks):
+                self.ticks_run = tick - start + 1
+                self._run_tick(tick)
+        except _Finished:
+            return SessionStatus.COMPLETED, None
+        except _Truncated as exc:
+            return SessionStatus.TRUNCATED, str(exc)
+        return SessionStatus.TRUNCATED, f"tick limit ({self.options.max_ticks}) reached"
+
+    # -- one tick --------------------------------------------------------------------------
+
+    def _run_tick(self, tick: int) -> None:
+        state = _TickState(tick)
+        self._runtime_block(blocks.TASK_REMINDER, self._reminder(), tick)
+        self._observe(tick)
+        self._generate(blocks.ORIENTATION, tick)
+        self._act(state)
+        self._option(tick)
+        self._evaluate(state)
+        self._outcome(state)
+
+    def _reminder(self) -> str:
+        prompt = self.task.prompt.strip()
+        if len(prompt) > REMINDER_CHARS:
+            prompt = prompt[:REMINDER_CHARS].rstrip() + " [...]"
+        return f"Task: {self.task.title}\n{prompt}"
+
+    def _genesis(self) -> None:
+        files = sorted(self.task.files)
+        listing = ", ".join(files) if files else "(empty)"
+        kernel = self._kernel
+        inside = kernel.workdir_inside if kernel is not None else str(self.workdir)
+        text = GENESIS_TEMPLATE.format(
+            title=self.task.title,
+            prompt=self.task.prompt.strip(),
+            workdir=inside,
+            files=listing,
+            checks=", ".join(self.task.check_names) or "(none: the operator judges)",
+        )
+        self._runtime_block(blocks.GENESIS, text, 0)
+
+    def _observe(self, tick: int) -> None:
+        for title, result in self._kernel_call(lambda k: k.render_observations()):
+            node = self._runtime_block(
+                blocks.OBSERVATION,
+                _result_text(result) if result.ok else f"[error] {result.error}",
+                tick,
+                title=title,
+            )
+            self._record_evaluation(node, title, EvaluationKind.OBSERVATION, result)
+        while True:
+            try:
+                message = self._chat.get_nowait()
+            except queue.Empty:
+                break
+            self._runtime_block(blocks.OBSERVATION, message, tick, title="Operator")
+
+    # -- the action and the gate -----------------------------------------------------------
+
+    def _act(self, state: _TickState) -> None:
+        attempts = 0
+        while attempts < MAX_ATTEMPTS:
+            action, alternates = self._generate(blocks.ACTION, state.tick)
+            expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
+            chosen = self._ask(action, expectation, alternates, state.tick)
+            if chosen is None:
+                attempts += 1
+                continue
+            result = self._run_action(chosen)
+            if result.ok:
+                state.action = _Attempt(self._update(chosen, NodeStatus.EXECUTED, result), result)
+                return
+            self._update(chosen, NodeStatus.FAILED, result)
+            state.failed_attempts += 1
+            attempts += 1
+            self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
+            if attempts < MAX_ATTEMPTS:
+                self._generate(blocks.DEBUG, state.tick)
+
+    def _ask(
+        self, action: Node, expectation: Node, alternates: Sequence[Node], tick: int
+    ) -> Node | None:
+        """The gate's verdict, stored; the node to run, or None when rejected."""
+        policy = self.gate.policy
+        why = (
+            f"the approval policy is `{policy.value}`"
+            if policy is not Policy.EVALUATED
+            else f"score {action.score or 0.0:.2f} is under {self.gate.threshold:g}"
+        )
+        request = ApprovalRequest(self.session_id, action, expectation, alternates, why)
+        asking = self.gate.needs_operator(request) and self.gate.asker is not None
+        if asking:
+            self._set_status(SessionStatus.WAITING, "waiting for the operator")
+            self._emit("approval", node=action.id, why=why)
+        decision, actor = self.gate.decide(request, self._stop)
+        if asking:
+            self._set_status(SessionStatus.RUNNING, None)
+        return self._apply(decision, actor, action, alternates, tick)
+
+    def _apply(
+        self,
+        decision: Decision,
+        actor: Actor,
+        action: Node,
+        alternates: Sequence[Node],
+        tick: int,
+    ) -> Node | None:
+        verdict = decision.verdict
+        if verdict is Verdict.APPROVE:
+            self._decision(action, verdict, actor)
+            return self._update(action, NodeStatus.APPROVED)
+        if verdict is Verdict.REJECT:
+            reason = (decision.reason or "").strip() or "no reason given"
+            self._decision(action, verdict, actor, reason=reason)
+            self._update(action, NodeStatus.REJECTED)
+            who = "The operator" if actor is Actor.OPERATOR else "The approval policy"
+            self._runtime_block(
+                blocks.OBSERVATION,
+                f"{who} rejected the action above without running it.\nReason: {reason}",
+                tick,
+                title="Operator feedback",
+            )
+            return None
+        # An edit or a picked alternate replaces the action (and its expectation) on the
+        # path; the model writes the expectation again for what will really run.
+        del self.path[-2:]
+        if verdict is Verdict.EDIT:
+            replacement = self._operator_edit(action, decision.text or "")
+            self._decision(action, verdict, actor, result=replacement)
+            self._update(action, NodeStatus.EDITED)
+        else:
+            picked = [n for n in alternates if n.id == decision.alternate_id]
+            if not picked:
+                raise ValueError(f"node {decision.alternate_id} is not an alternate of this action")
+            replacement = picked[0]
+            self._decision(action, verdict, actor, result=replacement)
+            self._update(action, NodeStatus.ALTERNATE)
+        replacement = self._update(replacement, NodeStatus.APPROVED)
+        self.path.append(replacement)
+        self._generate(blocks.EXPECTATION, tick)
+        return replacement
+
+    def _operator_edit(self, action: Node, text: str) -> Node:
+        """The operator's text as a new sibling of the model's action, scored like it."""
+        prefix = self._prefix_before(action)
+        question = ranking.QUESTIONS[blocks.ACTION]
+        earlier = [n.text for n in self.path if n.kind == blocks.ACTION]
+        log_odds = self.backend.score_yes_no([ranking.question_prompt(prefix, text, question)])
+        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier)[0]
+        meta = {
+            k: v for k, v in action.meta.items() if k in ("index", "timestamp", "q", "collapsed")
+        }
+        titles = blocks.registered_titles(text, "add_action")
+        if titles:
+            meta["title"] = titles[-1]
+        node = self.store.add_node(
+            self.session_id,
+            NewNode(
+                kind=blocks.ACTION,
+                text=text,
+                tick=action.tick,
+                parent_id=action.parent_id,
+                author=Author.OPERATOR,
+                status=NodeStatus.EDITED,
+                score=scored.score,
+                score_parts=scored.parts,
+                edited_from_id=action.id,
+                prompt_hash=action.prompt_hash,
+                meta=meta,
+            ),
+        )
+        self._emit_node(node)
+        return node
+
+    def _prefix_before(self, node: Node) -> str:
+        """The exact prompt `node` was written after (context and its own header)."""
+        parent_path = self.path[: self.path.index(node)] if node in self.path else self.path
+        context = blocks.render_context(parent_path, node.meta.get("collapsed", ()))
+        return context + blocks.header_of(node).text()
+
+    def _run_action(self, node: Node) -> CallResult:
+        def call(kernel: Kernel) -> CallResult:
+            kernel.clear("action")
+            defined = kernel.exec_block(node.text, name=f"action {node.meta.get('index', '')}")
+            if not defined.ok:
+                return defined
+            titles = defined.registered.get("action", [])
+            if not titles:
+                return CallResult(
+                    ok=False,
+                    error="the action block added no action: call self.add_action(title, function)",
+                    stdout=defined.stdout,
+                    stderr=defined.stderr,
+                    messages=defined.messages,
+                    duration=defined.duration,
+                )
+            ran = kernel.call_action(titles[-1])
+            ran.stdout = defined.stdout + ran.stdout
+            ran.stderr = defined.stderr + ran.stderr
+            ran.messages = defined.messages + ran.messages
+            ran.finished = ran.finished or defined.finished
+            return ran
+
+        result = self._kernel_call(call)
+        self._heard(result)
+        return result
+
+    # -- option, observation inference, evaluation, outcome --------------------------------
+
+    def _option(self, tick: int) -> None:
+        """The runtime asks whether the observation views need to change; when the model
+        thinks so, it writes an observation-inference block."""
+        header = self._header(blocks.OPTION, tick)
+        asked = f"{ranking.CALIBRATION}#q: {ranking.OPTION_QUESTION}"
+        context, collapsed = self._context(asked, 0)
+        prompt = context + asked
+        log_odds = self._finite(self.backend.score_yes_no([prompt])[0])
+        answer = "Yes." if log_odds > 0 else "No."
+        self._store_block(
+            NewNode(
+                kind=blocks.OPTION,
+                text=answer,
+                tick=tick,
+                author=Author.RUNTIME,
+                status=NodeStatus.CHOSEN,
+                score=log_odds,
+                score_parts={"evaluator": log_odds},
+                meta={**header.meta(), "q": ranking.OPTION_QUESTION, "collapsed": collapsed},
+            )
+        )
+        if log_odds > 0:
+            node, _ = self._generate(blocks.OBSERVATION_INFERENCE, tick)
+            result = self._kernel_call(
+                lambda k: k.exec_block(node.text, name="observation-inference")
+            )
+            self._heard(result)
+            self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+            if not result.ok:
+                self._runtime_block(blocks.ERROR, result.error or "failed", tick)
+
+    def _evaluate(self, state: _TickState) -> None:
+        node, _ = self._generate(blocks.EVALUATION, state.tick)
+
+        def define(kernel: Kernel) -> CallResult:
+            kernel.clear("evaluation")
+            if self.task.checks:
+                checks = kernel.exec_block(self.task.checks, name="task checks")
+                if not checks.ok:
+                    return CallResult(ok=False, error=f"the task's checks: {checks.error}")
+            return kernel.exec_block(node.text, name="evaluation")
+
+        result = self._kernel_call(define)
+        self._heard(result)
+        self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+        if result.ok:
+            state.evaluations = [
+                t for t in result.registered.get("evaluation", []) if t not in self.task.check_names
+            ]
+        else:
+            self._runtime_block(blocks.ERROR, result.error or "failed", state.tick)
+
+    def _outcome(self, state: _TickState) -> None:
+        rows: list[tuple[str, str]] = []
+        if state.action is not None:
+            title = state.action.node.meta.get("title") or "action"
+            rows.append((f"action: {title}", clip(_result_text(state.action.result))))
+        else:
+            rows.append(("action", "no action ran this tick"))
+        results: list[tuple[str, CallResult, bool]] = []
+        names = [(n, True) for n in self.task.check_names] + [(n, False) for n in state.evaluations]
+        for name, is_check in names:
+            result = self._kernel_call(partial(_call_evaluation, name=name))
+            self._heard(result)
+            results.append((name, result, is_check))
+            text = _result_text(result) if result.ok else f"[error] {result.error}"
+            rows.append((name, clip(text, RUNTIME_TEXT_CHARS // 4)))
+        verdicts = [(name, _passed(result), is_check) for name, result, is_check in results]
+        passed = sum(1 for _, ok, _ in verdicts if ok)
+        checks = [ok for _, ok, is_check in verdicts if is_check]
+        self.task_passed = (sum(checks), len(checks))
+        fraction = sum(_credit(r) for _, r, _ in results) / len(results) if results else 0.0
+        reward = max(0.0, 0.5 * fraction - 0.1 * state.failed_attempts)
+
+        header = self._header(blocks.OUTCOME, state.tick)
+        table = blocks.outcome_table(rows)
+        asked = ranking.question_prompt(header.text(), table, ranking.OUTCOME_QUESTION)
+        context, collapsed = self._context(asked, 0)
+        log_odds = self._finite(self.backend.score_yes_no([context + asked])[0])
+        node = self._store_block(
+            NewNode(
+                kind=blocks.OUTCOME,
+                text=table,
+                tick=state.tick,
+                author=Author.RUNTIME,
+                status=NodeStatus.CHOSEN,
+                score=reward,
+                score_parts={"evaluator": log_odds},
+                meta={
+                    **header.meta(),
+                    "q": ranking.OUTCOME_QUESTION,
+                    "collapsed": collapsed,
+                    "passed": passed,
+                    "total": len(results),
+                    "task_passed": self.task_passed[0],
+                    "task_total": self.task_passed[1],
+                    "failed_attempts": state.failed_attempts,
+                    "reward": reward,
+                },
+            )
+        )
+        for name, result, _ in results:
+            self._record_evaluation(node, name, EvaluationKind.CALLBACK, result)
+        self._record(
+            node,
+            ranking.OUTCOME_QUESTION,
+            EvaluationKind.LOGIT,
+            result=log_odds,
+            passed=log_odds > 0,
+        )
+        if self.finish_message is not None:
+            raise _Finished
+        if checks and all(checks):
+            raise _Finished
+
+    # -- generation and ranking ------------------------------------------------------------
+
+    def _generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
+        """Sample candidates for a model-written block, rank them, store them all as
+        siblings; the chosen one joins the path. Returns (chosen, alternates)."""
+        self._checkpoint()
+        header = self._header(kind, tick)
+        question = ranking.QUESTIONS[kind]
+        # the longest prompt built on this context: the header, a whole block, a question
+        asked = ranking.question_prompt(header.text(), "", question)
+        context, collapsed = self._context(asked, self.options.block_tokens)
+        prefix = context + header.text()
+        earlier = [n.text for n in self.path if n.kind == kind]
+        sampled: list[tuple[Any, int]] = []
+        scored: list[ranking.Scored] = []
+        rounds = [self.options.candidates, *self.options.escalation]
+        for round_no, count in enumerate(rounds):
+            if round_no:
+                self._checkpoint()
+            candidates = self.backend.generate(
+                prefix,
+                n=count,
+                max_tokens=self.options.block_tokens,
+                stop=blocks.STOP,
+                temperature=self.options.temperature,
+                seed=None if self.options.seed is None else self.options.seed + len(self.path),
+            )
+            self.tokens += sum(len(c.token_ids) for c in candidates)
+            bodies = [c.text.rstrip() for c in candidates]
+            prompts = [ranking.question_prompt(prefix, body, question) for body in bodies]
+            log_odds = self.backend.score_yes_no(prompts)
+            scored += ranking.score_candidates(kind, bodies, log_odds, earlier)
+            sampled += [(c, round_no) for c in candidates]
+            if ranking.good_enough(kind, scored, self.options.rank_threshold):
+                break
+        best = ranking.pick(scored, self.options.pick, self._rng)
+        digest = blocks.prompt_hash(prefix)
+        parent = self.path[-1]
+        new_nodes = []
+        for i, ((candidate, round_no), score) in enumerate(zip(sampled, scored, strict=True)):
+            meta: dict[str, Any] = {**header.meta(), "q": question, "collapsed": collapsed}
+            for method in ("add_action", "add_evaluation"):
+                titles = blocks.registered_titles(score.body, method)
+                if titles:
+                    meta["title"] = titles[-1]
+            new_nodes.append(
+                NewNode(
+                    kind=kind,
+                    text=score.body,
+                    tick=tick,
+                    parent_id=parent.id,
+                    author=Author.MODEL,
+                    status=NodeStatus.CHOSEN if i == best else NodeStatus.ALTERNATE,
+                    score=score.score,
+                    score_parts=score.parts,
+                    token_ids=candidate.token_ids,
+                    logprobs=candidate.logprobs,
+                    sampling={
+                        "temperature": self.options.temperature,
+                        "max_tokens": self.options.block_tokens,
+                        "n": rounds[round_no],
+                        "round": round_no,
+                        "model": self.backend.model,
+                        "adapter": self.backend.active_adapter,
+                        "finish_reason": candidate.finish_reason,
+                    },
+                    truncated=candidate.finish_reason == "length",
+                    prompt_hash=digest,
+                    meta=meta,
+                )
+            )
+        stored = self.store.add_nodes(self.session_id, new_nodes)
+        for node in stored:
+            self._emit_node(node)
+        chosen = stored[best]
+        self.path.append(chosen)
+        if self.tokens >= self.options.max_session_tokens:
+            raise _Truncated(f"token limit ({self.options.max_session_tokens}) reached")
+        return chosen, [n for n in stored if n.id != chosen.id]
+
+    def _context(self, after: str, new_tokens: int) -> tuple[str, list[int]]:
+        """The context, with old ticks collapsed as needed so that it, the text `after`
+        it and `new_tokens` generated tokens fit the model. A tick that alone overflows
+        the model ends the session as truncated."""
+        limit = self.backend.context_length
+        if self.options.context_tokens:
+            limit = min(limit, self.options.context_tokens)
+        room = limit - new_tokens - CONTEXT_MARGIN
+        text = blocks.render_context(self.path)
+        if len(text.encode("utf-8")) + len(after.encode("utf-8")) <= room:
+            return text, []  # a token covers at least one byte: no need to count
+        budget = room - len(self.backend.tokenize(after))
+        text, collapsed = blocks.fit_context(
+            self.path, budget, lambda t: len(self.backend.tokenize(t))
+        )
+        if len(self.backend.tokenize(text)) > budget:
+            raise _Truncated(
+                f"the context is full: tick {self.path[-1].tick} alone does not fit in "
+                f"{limit} tokens"
+            )
+        return text, collapsed
+
+    def _header(self, kind: str, tick: int, title: str | None = None) -> Header:
+        return Header(kind, index=len(self.path), tick=tick, timestamp=time.time(), title=title)
+
+    def _checkpoint(self) -> None:
+        """Between blocks: honour stop and pause."""
+        while not self._running.wait(0.1):
+            if self._stop.is_set():
+                break
+        if self._stop.is_set():
+            raise Aborted("stopped")
+
+    @staticmethod
+    def _finite(value: float) -> float:
+        return value if math.isfinite(value) else math.copysign(20.0, value)
+
+    # -- the kernel --------------------------------------------------------------------------
+
+    def _start_kernel(self) -> None:
+        limits = Limits(
+            wall_seconds=self.options.action_timeout,
+            cpu_seconds=max(1, math.ceil(self.options.action_timeout)),
+        )
+        self._kernel = Kernel(self.workdir, limits=limits, unsafe=self.options.unsafe_no_sandbox)
+        self._kernel.start()
+        self._restore_kernel()
+
+    def _restore_kernel(self) -> None:
+        """Re-run what later ticks rely on: the observation views the path set up."""
+        assert self._kernel is not None
+        for node in self.path:
+            if node.kind == blocks.OBSERVATION_INFERENCE and node.status is NodeStatus.EXECUTED:
+                self._kernel.exec_block(node.text, name="observation-inference (restored)")
+
+    def _kernel_call(self, call: Callable[[Kernel], Any]) -> Any:
+        """A kernel call; a kernel that died (timeout, memory, crash) is restarted and
+        restored before the next call. A stop while it ran aborts the session."""
+        self._checkpoint()
+        kernel = self._kernel
+        assert kernel is not None
+        result = call(kernel)
+        if self._stop.is_set():
+            raise Aborted("stopped")
+        if not kernel.alive:
+            log.warning("session %s: sandbox kernel died; restarting it", self.session_id)
+            kernel.restart()
+            self._restore_kernel()
+        return result
+
+    def _heard(self, result: CallResult) -> None:
+        for message in result.messages:
+            self.last_message = message
+            self._emit("message", text=message)
+        if result.finished is not None:
+            self.finish_message = result.finished or self.last_message or "done"
+            self._emit("message", text=self.finish_message, finished=True)
+
+    # -- storing and reporting ---------------------------------------------------------------
+
+    def _runtime_block(self, kind: str, text: str, tick: int, *, title: str | None = None) -> Node:
+        header = self._header(kind, tick, title)
+        return self._store_block(
+            NewNode(
+                kind=kind,
+                text=clip(text),
+                tick=tick,
+                author=Author.RUNTIME,
+                status=NodeStatus.CHOSEN,
+                meta=header.meta(),
+            )
+        )
+
+    def _store_block(self, new: NewNode) -> Node:
+        """Add a runtime block under the path's last node; it joins the path."""
+        self._checkpoint()
+        if self.path:
+            new = _with_parent(new, self.path[-1].id)
+        node = self.store.add_node(self.session_id, new)
+        self.path.append(node)
+        self._emit_node(node)
+        return node
+
+    def _update(self, node: Node, status: NodeStatus, result: CallResult | None = None) -> Node:
+        meta = _result_meta(result) if result is not None else None
+        updated = self.store.update_node(node.id, status=status, meta=meta)
+        for i, on_path in enumerate(self.path):
+            if on_path.id == node.id:
+                self.path[i] = updated
+        self._emit_node(updated)
+        return updated
+
+    def _decision(
+        self,
+        node: Node,
+        verdict: Verdict,
+        actor: Actor,
+        *,
+        reason: str | None = None,
+        result: Node | None = None,
+    ) -> None:
+        stored = self.store.record_decision(
+            node.id,
+            verdict,
+            actor=actor,
+            reason=reason,
+            result_node_id=result.id if result is not None else None,
+        )
+        self._emit(
+            "decision",
+            node=node.id,
+            verdict=stored.verdict.value,
+            actor=stored.actor.value,
+            reason=reason,
+            result_node=stored.result_node_id,
+        )
+
+    def _record_evaluation(
+        self, node: Node, name: str, kind: EvaluationKind, result: CallResult
+    ) -> None:
+        passed = _passed(result) if kind is EvaluationKind.CALLBACK else None
+        self._record(
+            node,
+            name,
+            kind,
+            result=result.value if result.ok else None,
+            passed=passed,
+            error=None if result.ok else (result.error or result.killed or "failed"),
+            duration=result.duration,
+        )
+
+    def _record(
+        self,
+        node: Node,
+        name: str,
+        kind: EvaluationKind,
+        *,
+        result: Any,
+        passed: bool | None,
+        error: str | None = None,
+        duration: float | None = None,
+    ) -> None:
+        stored = self.store.record_evaluation(
+            node.id, name, kind=kind, result=result, passed=passed, error=error, duration=duration
+        )
+        self._emit(
+            "evaluation",
+            node=node.id,
+            name=name,
+            kind=kind.value,
+            result=stored.result,
+            passed=passed,
+            error=error,
+            duration=duration,
+        )
+
+    def _set_status(self, status: SessionStatus, reason: str | None) -> None:
+        if not self.session_id:
+            return
+        self.store.set_session_status(self.session_id, status)
+        self._emit("status", status=status.value, reason=reason)
+
+    def _emit_node(self, node: Node) -> None:
+        self._emit(
+            "node",
+            id=node.id,
+            parent=node.parent_id,
+            tick=node.tick,
+            kind=node.kind,
+            author=node.author.value,
+            status=node.status.value,
+            score=node.score,
+            truncated=node.truncated,
+            text=node.text,
+        )
+
+    def _emit(self, event: str, /, **data: Any) -> None:
+        if self.listener is not None:
+            self.listener(Event(event, self.session_id, data))
+
+
+GENESIS_TEMPLATE = '''\
+"""agent-console session: {title}
+
+The task:
+{prompt}
+
+You work in ticks of blocks. The runtime writes each block's header; you write its body
+and end it with #endblock. In a code block, `self` is the agent:
+    self.add_action(title, fn)           the action to run this tick; fn(subagent)
+    self.add_evaluation(title, fn)       a check run after the action; returns bool or number
+    self.add_observation_view(title, fn) shown at the start of every tick
+    self.remove_observation_view(title)
+    subagent.read_file(path), subagent.write_file(path, text), subagent.list_files(path)
+    subagent.run(command, timeout=10) -> dict(returncode, stdout, stderr)
+    subagent.tell_operator(text)         say something to the operator
+    subagent.finish(message)             the task is done
+The work directory is {workdir}; it holds: {files}.
+The task is checked by: {checks}.
+"""'''
+
+
+def task_snapshot(task: Task) -> dict[str, Any]:
+    """What a session stores about its task, enough to resume it."""
+    return {
+        "name": task.name,
+        "title": task.title,
+        "prompt": task.prompt,
+        "checks": task.checks,
+        "check_names": list(task.check_names),
+        "max_ticks": task.max_ticks,
+        "source": task.source,
+    }
+
+
+def task_from_snapshot(snapshot: dict[str, Any]) -> Task:
+    return Task(
+        name=str(snapshot.get("name", "chat")),
+        title=str(snapshot.get("title", "")),
+        prompt=str(snapshot.get("prompt", "")),
+        files={},
+        checks=str(snapshot.get("checks", "")),
+        check_names=tuple(snapshot.get("check_names", ())),
+        max_ticks=snapshot.get("max_ticks"),
+        source=str(snapshot.get("source", "")),
+    )
+
+
+def clip(text: str, limit: int = RUNTIME_TEXT_CHARS) -> str:
+    """`text` cut to `limit` characters, keeping its head and tail, with a marker."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-tail:]}"
+
+
+def _call_evaluation(kernel: Kernel, name: str) -> CallResult:
+    return kernel.call_evaluation(name)
+
+
+def _with_parent(node: NewNode, parent_id: int) -> NewNode:
+    from dataclasses import replace
+
+    return replace(node, parent_id=parent_id)
+
+
+def _passed(result: CallResult) -> bool:
+    """An evaluation passes when it returns True or a positive number."""
+    if not result.ok:
+        return False
+    value = result.value
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value > 0
+    return False
+
+
+def _credit(result: CallResult) -> float:
+    """How much an evaluation counts toward the tick's reward: 1 for True, a number
+    clamped to [0, 1], 0 for anything else."""
+    if not result.ok:
+        return 0.0
+    value = result.value
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return min(1.0, max(0.0, float(value)))
+    return 0.0
+
+
+def _result_text(result: CallResult) -> str:
+    value = result.value
+    text = value if isinstance(value, str) else repr(value)
+    extra = ""
+    if result.stdout.strip():
+        extra += f"\nstdout: {result.stdout.strip()}"
+    if result.stderr.strip():
+        extra += f"\nstderr: {result.stderr.strip()}"
+    return text + extra
+
+
+def _result_meta(result: CallResult) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "ok": result.ok,
+        "duration": round(result.duration, 4),
+    }
+    if result.ok and result.value is not None:
+        meta["result"] = result.value
+    for key in ("error", "stdout", "stderr", "killed", "finished"):
+        value = getattr(result, key)
+        if value:
+            meta[key] = value
+    if result.messages:
+        meta["messages"] = list(result.messages)
+    return meta

@@ -1,0 +1,166 @@
+"""`agent-console --query`: one session, headless, to the end.
+
+The agent's final message goes to stdout (or, with `--json`, one JSON event per line);
+progress goes to stderr. Nobody is there to approve actions, so the policy decides
+(`ask` acts as `deny`). Exit codes: 0 completed, 1 failed, 3 model unavailable,
+4 truncated, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from app import exit_codes
+
+if TYPE_CHECKING:
+    from agents.runtime import Event
+    from agents.settings import Settings
+
+UNSAFE_WARNING = (
+    "WARNING: --unsafe-no-sandbox: model-written code runs WITHOUT the sandbox, as you, "
+    "with your files and network. Only rlimits and timeouts apply."
+)
+
+
+def fail(message: str, code: int) -> int:
+    print(f"agent-console: error: {message}", file=sys.stderr)
+    return code
+
+
+class Progress:
+    """Prints one line per step on stderr (and every event as JSON on stdout with
+    --json)."""
+
+    def __init__(self, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr):
+        self.as_json = as_json
+        self.out = out
+        self.err = err
+
+    def __call__(self, event: Event) -> None:
+        if self.as_json:
+            self.out.write(json.dumps(event.as_json(), default=str) + "\n")
+            self.out.flush()
+        line = self.describe(event)
+        if line:
+            self.err.write(line + "\n")
+            self.err.flush()
+
+    @staticmethod
+    def describe(event: Event) -> str | None:
+        data = event.data
+        if event.kind == "node" and data["status"] in ("chosen", "executed", "failed"):
+            if data["author"] == "runtime" and data["kind"] not in ("error", "outcome"):
+                return None
+            score = f" score {data['score']:.2f}" if data.get("score") is not None else ""
+            cut = " (truncated)" if data.get("truncated") else ""
+            return f"tick {data['tick']} {data['kind']} {data['status']}{score}{cut}"
+        if event.kind == "decision":
+            reason = f": {data['reason']}" if data.get("reason") else ""
+            return f"  {data['actor']} {data['verdict']}{reason}"
+        if event.kind == "evaluation" and data["kind"] == "callback":
+            verdict = "passed" if data["passed"] else "failed"
+            return f"  {data['name']}: {verdict}"
+        if event.kind == "message":
+            return f"agent: {data['text']}"
+        if event.kind == "status":
+            reason = f" ({data['reason']})" if data.get("reason") else ""
+            return f"session {event.session_id}: {data['status']}{reason}"
+        return None
+
+
+def run_query(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.runtime import RunOptions, Runtime, task_from_snapshot
+    from agents.sandbox import sandbox_status
+    from agents.tasks import TaskError, load_task, prompt_task
+    from storage import NotFoundError, SessionStatus, StoreError, TraceStore
+
+    message: str | None = None
+    try:
+        if args.resume is not None:
+            if args.task:
+                return fail("--resume continues the session's own task: drop --task", 2)
+            message = args.query
+        elif args.task:
+            task = load_task(args.task)
+            message = args.query
+        else:
+            if not (args.query or "").strip():
+                return fail("--query needs the task as text (or --task NAME)", exit_codes.USAGE)
+            task = prompt_task(args.query)
+    except TaskError as exc:
+        return fail(str(exc), exit_codes.USAGE)
+
+    if args.unsafe_no_sandbox:
+        print(UNSAFE_WARNING, file=sys.stderr)
+    else:
+        status = sandbox_status()
+        if not status.ok:
+            return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
+
+    try:
+        store = TraceStore(settings.database())
+    except StoreError as exc:
+        return fail(str(exc), exit_codes.STORE)
+
+    with store:
+        if args.resume is not None:
+            try:
+                session = store.get_session(args.resume)
+            except NotFoundError:
+                return fail(f"--resume {args.resume}: no such session", exit_codes.USAGE)
+            if session.status is SessionStatus.COMPLETED:
+                return fail(f"session {session.id} is completed: nothing to resume", 2)
+            task = task_from_snapshot(session.settings.get("task", {}))
+
+        from agents.backends import BackendError, open_backend
+
+        print("loading the model...", file=sys.stderr, flush=True)
+        try:
+            backend = open_backend(settings)
+        except BackendError as exc:
+            return fail(str(exc), exit_codes.MODEL)
+
+        options = RunOptions.from_settings(
+            settings,
+            unsafe_no_sandbox=args.unsafe_no_sandbox,
+            max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
+        )
+        runtime = Runtime(
+            store,
+            backend,
+            task,
+            options,
+            sessions_dir=settings.sessions_dir(),
+            listener=Progress(args.json),
+            resume=args.resume,
+        )
+        if message:
+            runtime.post_message(message)
+        try:
+            outcome = runtime.run()
+        finally:
+            backend.close()
+
+    if outcome.backend_error is not None:
+        return fail(str(outcome.backend_error), exit_codes.MODEL)
+    if args.json:
+        end = {
+            "event": "end",
+            "session": outcome.session_id,
+            "status": outcome.status.value,
+            "message": outcome.message,
+            "reason": outcome.reason,
+            "ticks": outcome.ticks,
+            "tokens": outcome.tokens,
+        }
+        print(json.dumps(end), flush=True)
+    else:
+        print(outcome.message, flush=True)
+    return {
+        SessionStatus.COMPLETED: exit_codes.OK,
+        SessionStatus.TRUNCATED: exit_codes.TRUNCATED,
+        SessionStatus.ABORTED: exit_codes.INTERRUPTED,
+    }.get(outcome.status, exit_codes.FAILED)

@@ -1,0 +1,379 @@
+"""The tick runtime end to end: the tiny real model, the real bubblewrap sandbox, a real
+SQLite store. The tiny model writes noise, which is what makes these tests sharp: its
+actions don't parse and must be penalised; the operator's edits are what run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agents import blocks
+from agents.approval import ApprovalRequest, Decision
+from agents.runtime import Event, RunOptions, Runtime
+from agents.tasks import Task
+from storage import (
+    Actor,
+    Author,
+    EvaluationKind,
+    Node,
+    NodeStatus,
+    SessionStatus,
+    TraceStore,
+    Verdict,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+CHECKS = """
+def check_answer(subagent):
+    try:
+        return subagent.read_file("answer.txt").strip() == "42"
+    except FileNotFoundError:
+        return False
+self.add_evaluation("check_answer", check_answer)
+"""
+
+TASK = Task(
+    name="answer",
+    title="Write the answer",
+    prompt="Read question.txt and write the answer to answer.txt.",
+    files={"question.txt": "What is six times seven?\n"},
+    checks=CHECKS,
+    check_names=("check_answer",),
+    source="test",
+)
+
+SOLVE = """def solve(subagent):
+    subagent.write_file("answer.txt", "42\\n")
+    subagent.tell_operator("I wrote 42 to answer.txt")
+    return "written"
+self.add_action("Write the answer", solve)"""
+
+HANG = """def hang(subagent):
+    while True:
+        pass
+self.add_action("Spin", hang)"""
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path) -> Iterator[object]:
+    from agents.backends.transformers_backend import TransformersBackend
+
+    loaded = TransformersBackend(str(tiny_model_dir))
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[TraceStore]:
+    with TraceStore(tmp_path / "traces.db") as opened:
+        yield opened
+
+
+def options(**changes: object) -> RunOptions:
+    base = {
+        "candidates": 3,
+        "escalation": (2,),
+        "rank_threshold": 100.0,  # never reached: every block escalates once
+        "block_tokens": 40,
+        "temperature": 1.0,
+        "max_ticks": 1,
+        "approval": "ask",
+        "action_timeout": 10.0,
+        "seed": 7,
+    }
+    base.update(changes)
+    return RunOptions(**base)  # type: ignore[arg-type]
+
+
+def make_runtime(
+    store: TraceStore,
+    backend: object,
+    tmp_path: Path,
+    answers: list[Callable[[ApprovalRequest], Decision]] | None = None,
+    task: Task = TASK,
+    events: list[Event] | None = None,
+    **opts: object,
+) -> tuple[Runtime, list[ApprovalRequest]]:
+    asked: list[ApprovalRequest] = []
+    queue = list(answers or [])
+
+    def asker(request: ApprovalRequest) -> None:
+        asked.append(request)
+        request.future.set_result(queue.pop(0)(request) if queue else Decision.approve())
+
+    runtime = Runtime(
+        store,
+        backend,  # type: ignore[arg-type]
+        task,
+        options(**opts),
+        sessions_dir=tmp_path / "sessions",
+        listener=events.append if events is not None else None,
+        asker=asker if answers is not None else None,
+    )
+    return runtime, asked
+
+
+def siblings_of(store: TraceStore, node: Node) -> list[Node]:
+    assert node.parent_id is not None
+    return [n for n in store.children(node.parent_id) if n.kind == node.kind]
+
+
+def test_a_full_tick_with_an_operator_edit(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    events: list[Event] = []
+    runtime, asked = make_runtime(
+        sqlite_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)], events=events
+    )
+    outcome = runtime.run()
+    store = sqlite_store
+
+    assert outcome.status is SessionStatus.COMPLETED, outcome
+    assert outcome.message == "I wrote 42 to answer.txt"
+    assert store.get_session(outcome.session_id).status is SessionStatus.COMPLETED
+    assert (runtime.workdir / "answer.txt").read_text() == "42\n"
+
+    # the model's action: 3 + 2 candidates stored as siblings, scored, with tokens
+    assert len(asked) == 1
+    original = asked[0].action
+    actions = siblings_of(store, original)
+    model_actions = [n for n in actions if n.author is Author.MODEL]
+    assert len(model_actions) == 5
+    assert {n.sampling["round"] for n in model_actions} == {0, 1}
+    for node in model_actions:
+        assert "evaluator" in node.score_parts
+        assert node.score == pytest.approx(sum(node.score_parts.values()))
+        full = store.get_node(node.id)
+        assert full.token_ids and full.logprobs and len(full.token_ids) == len(full.logprobs)
+        assert full.meta["q"] == "Is this action likely to make progress on the task?"
+    # noise does not parse: penalised
+    assert any(n.score_parts.get("syntax") == -2.0 for n in model_actions)
+    # a block that ran out of tokens is closed and marked truncated
+    assert any(n.truncated for n in store.tree(outcome.session_id))
+    assert store.get_node(original.id).status is NodeStatus.EDITED
+    assert sum(n.status is NodeStatus.ALTERNATE for n in model_actions) == 4
+
+    # the operator's edit: a new sibling that ran
+    edit = next(n for n in actions if n.author is Author.OPERATOR)
+    assert edit.edited_from_id == original.id
+    assert edit.status is NodeStatus.EXECUTED
+    assert edit.meta["result"] == "written"
+    assert edit.meta["messages"] == ["I wrote 42 to answer.txt"]
+    assert edit.meta["title"] == "Write the answer"
+    assert "evaluator" in edit.score_parts
+    (decision,) = store.decisions(original.id)
+    assert decision.verdict is Verdict.EDIT and decision.actor is Actor.OPERATOR
+    assert decision.result_node_id == edit.id
+
+    # the evaluation callbacks ran in the sandbox and their results are stored
+    tree = store.tree(outcome.session_id)
+    outcome_node = next(n for n in tree if n.kind == blocks.OUTCOME)
+    results = {r.name: r for r in store.evaluations(outcome_node.id)}
+    assert results["check_answer"].passed is True
+    assert results["check_answer"].kind is EvaluationKind.CALLBACK
+    assert results["check_answer"].duration is not None
+    logit = results["Does this outcome match the expectation?"]
+    assert logit.kind is EvaluationKind.LOGIT and isinstance(logit.result, float)
+    assert outcome_node.meta["task_passed"] == 1
+    assert "Program: check_answer\nResult: True" in outcome_node.text
+    assert outcome_node.meta["reward"] == pytest.approx(0.5)  # 0.5 x 1/1 passed
+
+    # the tick's blocks in order on the path
+    path_kinds = [n.kind for n in store.path(outcome_node.id)]
+    assert path_kinds[:5] == ["genesis", "task-reminder", "orientation", "action", "expectation"]
+    assert path_kinds[-1] == "outcome" and "option" in path_kinds and "evaluation" in path_kinds
+    assert store.path(outcome_node.id)[3].id == edit.id
+
+    # events reached the listener: nodes, the decision, evaluations, the final status
+    kinds = {e.kind for e in events}
+    assert {"node", "decision", "evaluation", "message", "status"} <= kinds
+    assert events[-1].data["status"] == "completed"
+
+
+def test_every_model_block_re_renders_to_its_stored_prompt(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    """Training depends on it: the prompt re-rendered from the store has the hash
+    stored when the block was written, ticks collapsed included."""
+    runtime, _ = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        approval="deny",
+        max_ticks=4,
+        escalation=(),
+        context_tokens=3000,
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.TRUNCATED
+    model_nodes = [n for n in sqlite_store.tree(outcome.session_id) if n.author is Author.MODEL]
+    assert len(model_nodes) > 40
+    for node in model_nodes:
+        assert node.parent_id is not None
+        prefix = (
+            blocks.render_context(sqlite_store.path(node.parent_id), node.meta["collapsed"])
+            + blocks.header_of(node).text()
+        )
+        assert blocks.prompt_hash(prefix) == node.prompt_hash, node
+    # 4 ticks of noise overflow 3,000 tokens of context: old ticks were collapsed
+    assert any(node.meta["collapsed"] for node in model_nodes)
+
+
+def test_a_tick_that_cannot_fit_truncates_the_session(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, _ = make_runtime(
+        sqlite_store, backend, tmp_path, approval="deny", escalation=(), context_tokens=900
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.TRUNCATED
+    assert outcome.reason == "the context is full: tick 1 alone does not fit in 900 tokens"
+    assert sqlite_store.get_session(outcome.session_id).status is SessionStatus.TRUNCATED
+
+
+def test_rejection_reason_is_feedback_in_the_next_context(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, asked = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        [lambda r: Decision.reject("do not touch the network"), lambda r: Decision.edit(SOLVE)],
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.COMPLETED
+    first, second = asked[0].action, asked[1].action
+    (decision,) = sqlite_store.decisions(first.id)
+    assert decision.verdict is Verdict.REJECT and decision.reason == "do not touch the network"
+    assert sqlite_store.get_node(first.id).status is NodeStatus.REJECTED
+    path = sqlite_store.path(second.id)
+    feedback = path[-2]
+    assert feedback.kind == "observation" and feedback.meta["title"] == "Operator feedback"
+    assert "do not touch the network" in feedback.text
+    assert first.id in [n.id for n in path]  # the rejected action stays in the context
+    assert second.meta["collapsed"] == [] and "do not touch the network" in blocks.render_context(
+        path[:-1]
+    )
+
+
+def test_picking_an_alternate_runs_it(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, asked = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        [lambda r: Decision.pick(r.alternates[-1].id)],
+        max_ticks=1,
+    )
+    outcome = runtime.run()
+    request = asked[0]
+    picked = sqlite_store.get_node(request.alternates[-1].id)
+    (decision,) = sqlite_store.decisions(request.action.id)
+    assert decision.verdict is Verdict.PICK_ALTERNATE and decision.result_node_id == picked.id
+    assert sqlite_store.get_node(request.action.id).status is NodeStatus.ALTERNATE
+    # noise does not run: the picked alternate was tried and failed, and an error followed
+    assert picked.status in (NodeStatus.EXECUTED, NodeStatus.FAILED)
+    children = sqlite_store.children(picked.id)
+    assert [c.kind for c in children if c.status is NodeStatus.CHOSEN] == ["expectation"]
+    assert outcome.status is SessionStatus.TRUNCATED
+
+
+def test_a_hung_action_is_killed_and_the_kernel_comes_back(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, _ = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        [lambda r: Decision.edit(HANG), lambda r: Decision.edit(SOLVE)],
+        action_timeout=2.0,
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.COMPLETED
+    tree = sqlite_store.tree(outcome.session_id)
+    hung = next(n for n in tree if n.author is Author.OPERATOR and "Spin" in n.text)
+    assert hung.status is NodeStatus.FAILED and hung.meta.get("killed")
+    error = next(n for n in tree if n.kind == "error" and n.parent_id is not None)
+    assert error.tick == 1
+    solved = next(n for n in tree if n.author is Author.OPERATOR and "42" in n.text)
+    assert solved.status is NodeStatus.EXECUTED
+
+
+def test_policy_deny_runs_nothing_and_truncates(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, _ = make_runtime(sqlite_store, backend, tmp_path, approval="deny", escalation=())
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.TRUNCATED
+    assert "tick limit" in (outcome.reason or "")
+    decided = list(sqlite_store.iter_decisions())
+    assert len(decided) == 3  # three attempts, each rejected by the policy
+    assert all(d.decision.actor is Actor.POLICY for d in decided)
+    assert all(d.decision.verdict is Verdict.REJECT for d in decided)
+    assert not (runtime.workdir / "answer.txt").exists()
+
+
+def test_operator_chat_enters_as_an_observation(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, _ = make_runtime(sqlite_store, backend, tmp_path, approval="deny", escalation=())
+    runtime.post_message("Please be careful with answer.txt")
+    outcome = runtime.run()
+    tree = sqlite_store.tree(outcome.session_id)
+    chat = [n for n in tree if n.kind == "observation" and n.meta.get("title") == "Operator"]
+    assert [n.text for n in chat] == ["Please be careful with answer.txt"]
+    assert chat[0].tick == 1
+
+
+def test_stop_while_waiting_for_the_operator_aborts(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    asked = threading.Event()
+    runtime = Runtime(
+        sqlite_store,
+        backend,  # type: ignore[arg-type]
+        TASK,
+        options(escalation=()),
+        sessions_dir=tmp_path / "sessions",
+        asker=lambda request: asked.set(),
+    )
+    thread = threading.Thread(target=lambda: asked.wait(60) and runtime.stop())
+    thread.start()
+    outcome = runtime.run()
+    thread.join()
+    assert outcome.status is SessionStatus.ABORTED
+    assert sqlite_store.get_session(outcome.session_id).status is SessionStatus.ABORTED
+
+
+def test_resume_continues_from_the_last_complete_tick(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    first, _ = make_runtime(sqlite_store, backend, tmp_path, approval="deny", escalation=())
+    done = first.run()
+    assert done.status is SessionStatus.TRUNCATED
+    before = sqlite_store.count_nodes(done.session_id)
+    last_outcome = max(
+        (n for n in sqlite_store.tree(done.session_id) if n.kind == "outcome"), key=lambda n: n.id
+    )
+    second = Runtime(
+        sqlite_store,
+        backend,  # type: ignore[arg-type]
+        TASK,
+        options(escalation=()),
+        sessions_dir=tmp_path / "sessions",
+        asker=lambda r: r.future.set_result(Decision.edit(SOLVE)),
+        resume=done.session_id,
+    )
+    again = second.run()
+    assert again.session_id == done.session_id
+    assert again.status is SessionStatus.COMPLETED
+    tree = sqlite_store.tree(done.session_id)
+    assert len(tree) > before
+    reminders = [n for n in tree if n.kind == "task-reminder"]
+    assert reminders[-1].tick == 2 and reminders[-1].parent_id == last_outcome.id
+    assert (second.workdir / "answer.txt").read_text() == "42\n"

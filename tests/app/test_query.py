@@ -1,0 +1,213 @@
+"""`agent-console --query`, headless, as a real subprocess: the tiny real model, the real
+sandbox, a real store; one exit code per way a session ends."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from app import exit_codes
+from tests.app.test_cli import SCRIPT, _env, _one_error_line, _run
+
+pytestmark = pytest.mark.timeout(300)
+
+TASK_TOML = """\
+title = "Answer the question"
+prompt = "Write the answer to answer.txt."
+checks = '''
+def check_seeded(subagent):
+    return subagent.read_file("question.txt").startswith("What")
+def check_{name}(subagent):
+    return {result}
+'''
+[files]
+"question.txt" = "What is six times seven?"
+"""
+
+FAST = ("--candidates", "2", "--escalation", "", "--block-tokens", "24", "--max-ticks", "1")
+
+
+def _task(tmp_path: Path, passes: bool) -> Path:
+    path = tmp_path / ("easy.toml" if passes else "hard.toml")
+    path.write_text(TASK_TOML.format(name="done", result="True" if passes else "False"))
+    return path
+
+
+def _query(tmp_path: Path, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(SCRIPT),
+            "--db",
+            str(tmp_path / "traces.db"),
+            "--backend",
+            "transformers",
+            "--model",
+            str(model),
+            *FAST,
+            *args,
+        ],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _sessions(tmp_path: Path) -> list[tuple[int, str]]:
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        return list(db.execute("select id, status from session order by id"))
+
+
+def test_completed_exits_0_and_prints_the_final_message(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    task = _task(tmp_path, passes=True)
+    result = _query(
+        tmp_path, tiny_model_dir, "--query", "go", "--task", str(task), "--approval", "deny"
+    )
+    assert result.returncode == exit_codes.OK, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout.strip() == ("session 1 completed after 1 ticks; 2/2 task checks passed")
+    assert "tick 1 orientation chosen" in result.stderr  # progress on stderr
+    assert _sessions(tmp_path) == [(1, "completed")]
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        chat = db.execute(
+            "select text from node where kind = 'observation' and json_extract(meta, '$.title') = 'Operator'"
+        ).fetchall()
+    assert chat == [("go",)]  # with --task, the query is the operator's message
+
+
+def test_truncated_exits_4_and_json_prints_one_event_per_line(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    task = _task(tmp_path, passes=False)
+    result = _query(tmp_path, tiny_model_dir, "--query", "go", "--task", str(task), "--json")
+    assert result.returncode == exit_codes.TRUNCATED, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = {e["event"] for e in events}
+    assert {"node", "decision", "evaluation", "status", "end"} <= kinds
+    assert events[-1]["event"] == "end" and events[-1]["status"] == "truncated"
+    # headless, `ask` acts as `deny`: every action was rejected by the policy
+    decisions = [e for e in events if e["event"] == "decision"]
+    assert decisions and all(d["actor"] == "policy" for d in decisions)
+    failed = [e for e in events if e["event"] == "evaluation" and e["name"] == "check_done"]
+    assert failed and failed[0]["passed"] is False
+    assert _sessions(tmp_path) == [(1, "truncated")]
+
+
+def test_free_text_query_runs_as_a_chat_task(tmp_path: Path, tiny_model_dir: Path) -> None:
+    result = _query(tmp_path, tiny_model_dir, "--query", "Say hello to the operator")
+    assert result.returncode == exit_codes.TRUNCATED, result.stderr
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        task, _title = db.execute("select task, title from session").fetchone()
+    assert task == "Say hello to the operator"
+
+
+def test_backend_down_exits_3_and_the_session_is_kept(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    task = _task(tmp_path, passes=True)
+    result = _run(
+        tmp_path,
+        "--db",
+        str(tmp_path / "traces.db"),
+        "--backend",
+        "openai",
+        "--base-url",
+        f"http://127.0.0.1:{port}/v1",
+        "--model",
+        "tiny",
+        "--request-timeout",
+        "2",
+        "--query",
+        "go",
+        "--task",
+        str(task),
+    )
+    assert result.returncode == exit_codes.MODEL, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("agent-console: error: ")
+    sessions = _sessions(tmp_path)
+    assert sessions in ([], [(1, "failed")])
+
+
+def test_interrupt_marks_the_session_aborted(tmp_path: Path, tiny_model_dir: Path) -> None:
+    task = _task(tmp_path, passes=False)
+    command = [
+        str(SCRIPT),
+        "--db",
+        str(tmp_path / "traces.db"),
+        "--backend",
+        "transformers",
+        "--model",
+        str(tiny_model_dir),
+        "--candidates",
+        "2",
+        "--escalation",
+        "",
+        "--block-tokens",
+        "24",
+        "--max-ticks",
+        "50",
+        "--query",
+        "go",
+        "--task",
+        str(task),
+    ]
+    process = subprocess.Popen(
+        command,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if _sessions(tmp_path) if (tmp_path / "traces.db").exists() else []:
+            break
+        time.sleep(0.2)
+    time.sleep(2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == exit_codes.INTERRUPTED, err
+    assert "Traceback" not in err
+    assert _sessions(tmp_path) == [(1, "aborted")]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--query", ""), "--query needs the task"),
+        (("--query", "x", "--task", "no-such-task"), "no-such-task"),
+        (("--json",), "--json goes with --query"),
+        (("--query", "x", "--approval", "sometimes"), "invalid choice"),
+        (("--query", "x", "--candidates", "0"), "candidates"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    result = _run(tmp_path, *args)
+    assert result.returncode == exit_codes.USAGE
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr.splitlines()[-1]
+    if "invalid choice" not in needle:
+        _one_error_line(result)
+
+
+def test_resume_of_an_unknown_session_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--db", str(tmp_path / "t.db"), "--resume", "42", "--backend", "none")
+    assert result.returncode == exit_codes.USAGE
+    assert "no such session" in _one_error_line(result)
