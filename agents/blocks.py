@@ -33,7 +33,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from storage import Node
@@ -189,44 +189,53 @@ def render_context(path: Sequence[Node], collapsed: Iterable[int] = ()) -> str:
     return "".join(out)
 
 
+class Fitted(NamedTuple):
+    text: str
+    collapsed: list[int]
+    #: the text's size: the sum of its ticks' counts, or its exact count when that sum
+    #: came close to the budget
+    tokens: int
+
+
 def fit_context(
     path: Sequence[Node],
     budget: int,
     count_tokens: Callable[[str], int],
     *,
     keep_recent: int = 1,
-) -> tuple[str, list[int]]:
+) -> Fitted:
     """The context within `budget` tokens, and the ticks collapsed to get there.
 
     Tick 0 (the task) and the last `keep_recent` ticks are never collapsed; the others
     go oldest first, so recent ticks stay whole as long as they fit. The result may
-    still be over budget when what can't be collapsed is. Token counts are taken per tick (BPE merges across a block
-    boundary are rare; the whole text is counted once more at the end to be sure).
+    still be over budget when what can't be collapsed is (then `tokens > budget`).
+
+    Tokens are counted per block, so a caller that caches `count_tokens` counts each
+    block once. Blocks end on a newline, where BPE merges one token at most across the
+    boundary, so the sum plus one token per block bounds the text's count. Only when
+    nothing is left to collapse and that bound is still over budget is the whole text
+    counted: whether it fits decides whether the session can go on.
     """
     groups = group_ticks(path)
     ticks = [tick for tick, _ in groups]
     recent = set(ticks[-keep_recent:]) if keep_recent else set()
     foldable = [t for t in ticks if t != 0 and t not in recent]
-    sizes = {tick: count_tokens(render_context(nodes)) for tick, nodes in groups}
+    sizes = {tick: sum(count_tokens(render_block(n)) for n in nodes) for tick, nodes in groups}
     summaries = {
         tick: count_tokens(tick_summary(tick, nodes)) for tick, nodes in groups if tick in foldable
     }
+    slack = len(path)
     total = sum(sizes.values())
     collapsed: list[int] = []
     for tick in foldable:
-        if total <= budget:
+        if total <= budget - slack:
             break
         total -= sizes[tick] - summaries[tick]
         collapsed.append(tick)
     text = render_context(path, collapsed)
-    for tick in foldable:
-        if tick in collapsed:
-            continue
-        if count_tokens(text) <= budget:
-            break
-        collapsed.append(tick)
-        text = render_context(path, collapsed)
-    return text, collapsed
+    if total <= budget - slack:
+        return Fitted(text, collapsed, total)
+    return Fitted(text, collapsed, count_tokens(text))
 
 
 def prompt_hash(text: str) -> str:

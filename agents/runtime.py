@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,6 +183,8 @@ class Runtime:
         self._chat: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._rng = random.Random(options.seed)
         self._kernel: Kernel | None = None
+        # Finished ticks render the same text every time they are counted: count it once.
+        self._count_tokens = lru_cache(maxsize=4096)(self._tokens_in)
 
     # -- control (any thread) ------------------------------------------------------------
 
@@ -702,16 +704,17 @@ class Runtime:
         text = blocks.render_context(self.path)
         if len(text.encode("utf-8")) + len(after.encode("utf-8")) <= room:
             return text, []  # a token covers at least one byte: no need to count
-        budget = room - len(self.backend.tokenize(after))
-        text, collapsed = blocks.fit_context(
-            self.path, budget, lambda t: len(self.backend.tokenize(t))
-        )
-        if len(self.backend.tokenize(text)) > budget:
+        budget = room - self._count_tokens(after)
+        text, collapsed, tokens = blocks.fit_context(self.path, budget, self._count_tokens)
+        if tokens > budget:
             raise _Truncated(
                 f"the context is full: tick {self.path[-1].tick} alone does not fit in "
                 f"{limit} tokens"
             )
         return text, collapsed
+
+    def _tokens_in(self, text: str) -> int:
+        return len(self.backend.tokenize(text))
 
     def _header(self, kind: str, tick: int, title: str | None = None) -> Header:
         return Header(kind, index=len(self.path), tick=tick, timestamp=time.time(), title=title)

@@ -193,17 +193,7 @@ def _from_toml(path: Path, text: str, source: str) -> Task:
     def file_line(lineno: int) -> int | None:
         return None if offset is None else lineno + offset
 
-    source_text, names = _register_checks(path, checks, file_line)
-    return Task(
-        name=path.stem,
-        title=title or _default_title(path),
-        prompt=prompt,
-        files=dict(files),
-        checks=source_text,
-        check_names=names,
-        max_ticks=max_ticks,
-        source=source,
-    )
+    return _task(path, title, prompt, files, checks, file_line, max_ticks, source)
 
 
 PY_META = ("TITLE", "PROMPT", "FILES", "MAX_TICKS")
@@ -292,6 +282,20 @@ def _from_python(path: Path, text: str, source: str) -> Task:
     def file_line(lineno: int) -> int | None:
         return origin[lineno - 1] if 0 < lineno <= len(origin) else None
 
+    return _task(path, title, prompt, files, checks, file_line, max_ticks, source)
+
+
+def _task(
+    path: Path,
+    title: str,
+    prompt: str,
+    files: dict[str, str],
+    checks: str,
+    file_line: Callable[[int], int | None],
+    max_ticks: int | None,
+    source: str,
+) -> Task:
+    """The task a file describes, its checks validated and registered."""
     source_text, names = _register_checks(path, checks, file_line)
     return Task(
         name=path.stem,

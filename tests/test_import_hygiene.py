@@ -13,11 +13,14 @@ HEAVY = ("textual", "torch", "transformers", "vllm", "openai", "peft")
 
 # Opening a store also imports Alembic (the schema is created), so that path is covered too.
 # Every backend module is imported: each loads its library only when it is constructed.
+# The runtime, the sandbox and the headless entry point (`--query`) are covered too.
 PROBE = """
 import json, sys, tempfile, pathlib
 import agents, training, storage, storage.store, agents.settings, agents.serving
 import agents.backends, agents.backends.transformers_backend, agents.backends.openai_backend
 import agents.backends.vllm_backend, agents.backends.lora
+import agents.blocks, agents.ranking, agents.approval, agents.runtime, agents.sandbox
+import agents.kernel, agents.tasks, app.headless, app.doctor
 from storage import TraceStore
 with tempfile.TemporaryDirectory() as d:
     TraceStore(pathlib.Path(d) / "t.db").close()

@@ -146,15 +146,18 @@ def test_over_budget_the_oldest_ticks_collapse(store: TraceStore) -> None:
     path = store.path(_session_of_ticks(store, 6))
     full = blocks.render_context(path)
     count = len  # one "token" per character keeps the arithmetic visible
-    text, collapsed = blocks.fit_context(path, len(full) // 2, count)
-    assert len(text) <= len(full) // 2
+    text, collapsed, tokens = blocks.fit_context(path, len(full) // 2, count)
+    assert len(text) <= len(full) // 2 and tokens <= len(full) // 2
     assert collapsed == sorted(collapsed) and collapsed[0] == 1
     assert 0 not in collapsed and 5 not in collapsed and 6 not in collapsed
     assert "#tick 1 (collapsed): action 'Check the key' (proposed); 1/2 evaluations passed" in text
     assert text.startswith("#startblock type: genesis")  # the task stays whole
     assert text == blocks.render_context(path, collapsed)  # re-rendered from the record
     # within budget nothing collapses
-    assert blocks.fit_context(path, len(full), count) == (full, [])
+    # (one token of slack per block: a BPE merge across a block boundary)
+    assert blocks.fit_context(path, len(full) + len(path), count) == (full, [], len(full))
+    # what cannot be collapsed is reported over budget
+    assert blocks.fit_context(path, 10, count).tokens > 10
 
 
 def test_penalties() -> None:

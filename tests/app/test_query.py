@@ -40,19 +40,15 @@ def _task(tmp_path: Path, passes: bool) -> Path:
     return path
 
 
+def _command(tmp_path: Path, model: Path, *args: str) -> list[str]:
+    """agent-console on this test's store and the tiny model; later flags win."""
+    db = str(tmp_path / "traces.db")
+    return [str(SCRIPT), "--db", db, "--backend", "transformers", "--model", str(model), *args]
+
+
 def _query(tmp_path: Path, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            str(SCRIPT),
-            "--db",
-            str(tmp_path / "traces.db"),
-            "--backend",
-            "transformers",
-            "--model",
-            str(model),
-            *FAST,
-            *args,
-        ],
+        _command(tmp_path, model, *FAST, *args),
         env=_env(tmp_path),
         cwd=tmp_path,
         capture_output=True,
@@ -143,27 +139,9 @@ def test_backend_down_exits_3_and_the_session_is_kept(tmp_path: Path) -> None:
 
 def test_interrupt_marks_the_session_aborted(tmp_path: Path, tiny_model_dir: Path) -> None:
     task = _task(tmp_path, passes=False)
-    command = [
-        str(SCRIPT),
-        "--db",
-        str(tmp_path / "traces.db"),
-        "--backend",
-        "transformers",
-        "--model",
-        str(tiny_model_dir),
-        "--candidates",
-        "2",
-        "--escalation",
-        "",
-        "--block-tokens",
-        "24",
-        "--max-ticks",
-        "50",
-        "--query",
-        "go",
-        "--task",
-        str(task),
-    ]
+    command = _command(
+        tmp_path, tiny_model_dir, *FAST, "--max-ticks", "50", "--query", "go", "--task", str(task)
+    )
     process = subprocess.Popen(
         command,
         env=_env(tmp_path),
