@@ -46,6 +46,29 @@ def test_the_shipped_theme_parses() -> None:
     assert Color.parse(theme.error) == Color.parse("#E5534B")
 
 
+def test_the_shipped_light_theme_parses_and_reads_well() -> None:
+    theme = parse_theme(SHIPPED.with_name("agent-console-light.toml"))
+    assert theme.name == "agent-console-light" and theme.dark is False
+    text, ground = Color.parse(theme.foreground), Color.parse(theme.background)
+    # WCAG contrast of body text on the background: at least 7:1 (AAA)
+    assert text.brightness < ground.brightness
+    assert _contrast(theme.foreground, theme.background) >= 7
+    assert _contrast(theme.error, theme.background) >= 4.5
+
+
+def _contrast(a: str, b: str) -> float:
+    def luminance(colour: str) -> float:
+        def channel(c: int) -> float:
+            v = c / 255
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+
+        r, g, b_ = Color.parse(colour).rgb
+        return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b_)
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
 def test_a_minimal_theme_with_every_optional_field(tmp_path: Path) -> None:
     path = _theme(
         tmp_path,
@@ -140,10 +163,10 @@ def test_load_themes_by_default_reads_the_package_and_config_folders(tmp_path: P
     user = tmp_path / "config" / "agent-console" / "themes"
     assert theme_dirs() == [SHIPPED.parent, user]
     found, problems = load_themes()
-    assert [t.name for t in found] == ["agent-console"]
+    assert [t.name for t in found] == ["agent-console-light", "agent-console"]
     assert problems == []
     _theme(user, "mine.toml", GOOD)
     _theme(user, "broken.toml", "oops")
     found, problems = load_themes()
-    assert [t.name for t in found] == ["agent-console", "mine"]
+    assert [t.name for t in found] == ["agent-console-light", "agent-console", "mine"]
     assert len(problems) == 1 and str(user / "broken.toml") in problems[0]
