@@ -66,6 +66,11 @@ class Decision:
     def pick(cls, alternate_id: int) -> Decision:
         return cls(Verdict.PICK_ALTERNATE, alternate_id=alternate_id)
 
+    @classmethod
+    def regenerate(cls, reason: str = "") -> Decision:
+        """Sample the action (and its expectation) again; nothing runs this time."""
+        return cls(Verdict.REGENERATE, reason=reason or None)
+
 
 @dataclass(slots=True)
 class ApprovalRequest:

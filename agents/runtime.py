@@ -129,6 +129,10 @@ class _Truncated(Exception):
     pass
 
 
+class _Regenerate:
+    """The operator asked for the action to be sampled again."""
+
+
 class _Finished(Exception):
     pass
 
@@ -354,6 +358,8 @@ class Runtime:
             action, alternates = self._generate(blocks.ACTION, state.tick)
             expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
             chosen = self._ask(action, expectation, alternates, state.tick)
+            if isinstance(chosen, _Regenerate):
+                continue  # the operator's call: it costs no attempt
             if chosen is None:
                 attempts += 1
                 continue
@@ -370,8 +376,9 @@ class Runtime:
 
     def _ask(
         self, action: Node, expectation: Node, alternates: Sequence[Node], tick: int
-    ) -> Node | None:
-        """The gate's verdict, stored; the node to run, or None when rejected."""
+    ) -> Node | _Regenerate | None:
+        """The gate's verdict, stored; the node to run, None when rejected, or
+        `_Regenerate` when the operator wants new candidates."""
         policy = self.gate.policy
         why = (
             f"the approval policy is `{policy.value}`"
@@ -395,8 +402,13 @@ class Runtime:
         action: Node,
         alternates: Sequence[Node],
         tick: int,
-    ) -> Node | None:
+    ) -> Node | _Regenerate | None:
         verdict = decision.verdict
+        if verdict is Verdict.REGENERATE:
+            self._decision(action, verdict, actor, reason=decision.reason)
+            self._update(action, NodeStatus.ALTERNATE)
+            del self.path[-2:]  # the action and its expectation: both are sampled again
+            return _Regenerate()
         if verdict is Verdict.APPROVE:
             self._decision(action, verdict, actor)
             return self._update(action, NodeStatus.APPROVED)

@@ -43,6 +43,8 @@ class Verdict(StrEnum):
     EDIT = "edit"
     REJECT = "reject"
     PICK_ALTERNATE = "pick_alternate"
+    #: the operator asked for new candidates; the proposed action stays as an alternate
+    REGENERATE = "regenerate"
 
 
 class Actor(StrEnum):

@@ -377,3 +377,30 @@ def test_resume_continues_from_the_last_complete_tick(
     reminders = [n for n in tree if n.kind == "task-reminder"]
     assert reminders[-1].tick == 2 and reminders[-1].parent_id == last_outcome.id
     assert (second.workdir / "answer.txt").read_text() == "42\n"
+
+
+def test_regenerate_samples_the_action_again_and_runs_nothing(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    runtime, asked = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        [lambda r: Decision.regenerate("try another way"), lambda r: Decision.edit(SOLVE)],
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.COMPLETED
+    first, second = asked[0].action, asked[1].action
+    assert first.id != second.id
+    (decision,) = sqlite_store.decisions(first.id)
+    assert decision.verdict is Verdict.REGENERATE and decision.reason == "try another way"
+    assert decision.actor is Actor.OPERATOR
+    assert sqlite_store.get_node(first.id).status is NodeStatus.ALTERNATE
+    # the new candidates are siblings of the old ones: same parent, one tick
+    assert second.parent_id == first.parent_id and second.tick == first.tick
+    path_ids = [n.id for n in sqlite_store.path(second.id)]
+    assert first.id not in path_ids and asked[0].expectation.id not in path_ids
+    # a regeneration is not a failed attempt: no action failed, nothing ran for it
+    tree = sqlite_store.tree(outcome.session_id)
+    assert not [n for n in tree if n.kind == "action" and n.status is NodeStatus.FAILED]
+    assert "ok" not in sqlite_store.get_node(first.id).meta  # no call result recorded
