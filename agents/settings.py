@@ -98,6 +98,34 @@ class Settings(BaseModel):
     action_timeout: float = Field(default=30.0, gt=0)
     """Seconds one action, evaluation or observation callback may run in the sandbox."""
 
+    keys: dict[str, str] = Field(default_factory=dict)
+    """Key remapping for the console: a binding's id (as the README's key table lists it, e.g.
+    `app.refresh`) to its keys, comma-separated for more than one (`"f5,ctrl+r"`). In the
+    file a `[keys]` table; in the environment or on the command line `id=keys;id=keys`."""
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _keys_pairs(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment or a flag: "app.quit=ctrl+q;..."
+            pairs = {}
+            for item in filter(None, (p.strip() for p in value.split(";"))):
+                binding, sep, keys = item.partition("=")
+                if not sep:
+                    raise ValueError(f"expected id=keys, not {item!r}")
+                pairs[binding.strip()] = keys.strip()
+            return pairs
+        return value
+
+    @field_validator("keys")
+    @classmethod
+    def _keys_named(cls, value: dict[str, str]) -> dict[str, str]:
+        for binding, keys in value.items():
+            if not re.fullmatch(r"[\w.-]+", binding):
+                raise ValueError(f"{binding!r} is not a binding id (like app.refresh)")
+            if not keys or any(not k.strip() or " " in k.strip() for k in keys.split(",")):
+                raise ValueError(f"{binding}: {keys!r} is not a key list (like f5,ctrl+r)")
+        return value
+
     @field_validator("escalation", mode="before")
     @classmethod
     def _escalation_list(cls, value: Any) -> Any:

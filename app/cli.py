@@ -23,7 +23,7 @@ PROG = "agent-console"
 EPILOG = """\
 settings are read from config.toml in the platform config folder (or --config FILE, or
 the file named by AGENT_CONSOLE_CONFIG), then from AGENT_CONSOLE_<SETTING> environment
-variables (AGENT_CONSOLE_DB, AGENT_CONSOLE_THEME, AGENT_CONSOLE_BACKEND,
+variables (AGENT_CONSOLE_DB, AGENT_CONSOLE_THEME, AGENT_CONSOLE_KEYS, AGENT_CONSOLE_BACKEND,
 AGENT_CONSOLE_MODEL, AGENT_CONSOLE_BASE_URL, AGENT_CONSOLE_API_KEY,
 AGENT_CONSOLE_REQUEST_TIMEOUT, AGENT_CONSOLE_APPROVAL, AGENT_CONSOLE_APPROVAL_THRESHOLD,
 AGENT_CONSOLE_CANDIDATES, AGENT_CONSOLE_ESCALATION, AGENT_CONSOLE_RANK_THRESHOLD,
@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--theme",
         metavar="NAME",
         help="colour theme: a Textual theme name or a theme file's name (default: agent-console)",
+    )
+    parser.add_argument(
+        "--keys",
+        metavar="ID=KEYS;...",
+        help="remap console keys by binding id, e.g. 'app.refresh=f5;app.quit=ctrl+q' "
+        "(README's key table lists the ids)",
     )
     model = parser.add_argument_group("model")
     model.add_argument(
@@ -226,6 +232,7 @@ def run(argv: Sequence[str] | None) -> int:
             {
                 "db": args.db,
                 "theme": args.theme,
+                "keys": args.keys,
                 "backend": args.backend,
                 "model": args.model_flag,
                 "base_url": args.base_url,

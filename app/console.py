@@ -118,6 +118,7 @@ class ConsoleApp(App[None]):
 
     def on_mount(self) -> None:
         self.apply_theme()
+        self.apply_keymap()
         self.query_one("#trace-tree", Tree).focus()
         self.load_sessions()
         self.backend: Backend | None = None
@@ -167,6 +168,21 @@ class ConsoleApp(App[None]):
                 markup=False,
             )
             self.theme = FALLBACK_THEME
+
+    def apply_keymap(self) -> None:
+        """The `keys` setting: binding id -> keys. An id no binding has is named in a
+        warning (a typo would otherwise go unnoticed) and the rest still apply."""
+        known = {b.id for b in self.BINDINGS if isinstance(b, Binding) and b.id}
+        unknown = sorted(set(self.settings.keys) - known)
+        if unknown:
+            self.notify(
+                f"unknown key binding id {', '.join(unknown)} in the keys setting "
+                f"(known: {', '.join(sorted(known))})",
+                severity="warning",
+                timeout=10,
+                markup=False,
+            )
+        self.set_keymap({k: v for k, v in self.settings.keys.items() if k in known})
 
     def action_refresh(self) -> None:
         self.load_sessions()

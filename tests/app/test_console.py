@@ -422,3 +422,40 @@ async def test_bracketed_text_in_notifications_and_titles_is_shown_literally(
         assert _visible(app) == [f"#{session.id} [bold]x[/] [/]  running"]
         svg = html.unescape(app.export_screenshot()).replace("\xa0", " ")
         assert "unknown theme '[/red]'; using textual-dark" in svg
+
+
+# -- keys remapped from the settings -------------------------------------------------------
+
+
+async def test_a_remapped_key_replaces_the_default(store: TraceStore, filled: Filled) -> None:
+    notes = Notes()
+    app = ConsoleApp(store=store, settings=Settings(backend="none", keys={"app.refresh": "f5"}))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await _settle(app, pilot)
+        added = store.create_session("a third task")
+        await pilot.press("r")  # no longer bound
+        await _settle(app, pilot)
+        assert len(_visible(app)) == 2
+        await pilot.press("f5")
+        await _settle(app, pilot)
+        assert _visible(app)[0] == f"#{added.id} a third task  running"
+        assert notes.all == []
+
+
+async def test_an_unknown_binding_id_warns_and_the_rest_apply(
+    store: TraceStore, filled: Filled
+) -> None:
+    notes = Notes()
+    keys = {"app.refrsh": "f5", "app.quit": "x"}
+    app = ConsoleApp(store=store, settings=Settings(backend="none", keys=keys))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await _settle(app, pilot)
+        (warning,) = notes.of("warning")
+        assert warning.startswith("unknown key binding id app.refrsh in the keys setting")
+        assert "app.refresh" in warning
+        await pilot.press("q")  # remapped away
+        await pilot.pause()
+        assert app.is_running
+        await pilot.press("x")
+        await pilot.pause()
+    assert app.return_code == 0

@@ -280,3 +280,29 @@ def test_backend_settings_layer_and_validate(
     )
     monkeypatch.setenv("AGENT_CONSOLE_REQUEST_TIMEOUT", "0")
     assert "AGENT_CONSOLE_REQUEST_TIMEOUT: request_timeout" in _error()
+
+
+def test_keys_from_a_table_in_the_file(tmp_path: Path) -> None:
+    _user_config(tmp_path, '[keys]\n"app.refresh" = "f5,ctrl+r"\n"app.quit" = "ctrl+q"\n')
+    assert load_settings().keys == {"app.refresh": "f5,ctrl+r", "app.quit": "ctrl+q"}
+
+
+def test_keys_from_the_environment_and_a_flag() -> None:
+    environ = {"AGENT_CONSOLE_KEYS": "app.refresh=f5; app.quit = ctrl+q ;"}
+    assert load_settings(environ=environ).keys == {"app.refresh": "f5", "app.quit": "ctrl+q"}
+    flagged = load_settings(flags={"keys": "app.refresh=f6"}, environ=environ)
+    assert flagged.keys == {"app.refresh": "f6"}  # the flag replaces the whole map
+
+
+def test_bad_keys_name_the_source_and_the_problem(tmp_path: Path) -> None:
+    assert _error(flags={"keys": "app.refresh"}) == (
+        "command line: keys: expected id=keys, not 'app.refresh'"
+    )
+    assert _error(environ={"AGENT_CONSOLE_KEYS": "app refresh=f5"}) == (
+        "environment variable AGENT_CONSOLE_KEYS: keys: 'app refresh' is not a binding id "
+        "(like app.refresh)"
+    )
+    path = _user_config(tmp_path, '[keys]\n"app.quit" = "ctrl q"\n')
+    assert _error() == (
+        f"{path}, line 1: keys: app.quit: 'ctrl q' is not a key list (like f5,ctrl+r)"
+    )
