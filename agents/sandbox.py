@@ -472,6 +472,11 @@ def _sandbox_argv(
             argv += ["--ro-bind", str(path), str(path)]
     for etc in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
         argv += ["--ro-bind-try", etc, etc]
+    # /tmp first: a later mount covers an earlier one, and the Python (a venv in a clone
+    # under /tmp, say) is bound at its own path, which may lie below /tmp.
+    if host.sized_tmpfs:
+        argv += ["--size", str(limits.tmp_bytes)]
+    argv += ["--tmpfs", "/tmp"]
     argv += [
         "--ro-bind", str(host.static_dir / "passwd"), "/etc/passwd",
         "--ro-bind", str(host.static_dir / "group"), "/etc/group",
@@ -479,9 +484,7 @@ def _sandbox_argv(
         "--ro-bind", str(host.kernel), _KERNEL_INSIDE,
         "--proc", "/proc", "--dev", "/dev",
     ]  # fmt: skip
-    if host.sized_tmpfs:
-        argv += ["--size", str(limits.tmp_bytes)]
-    argv += ["--tmpfs", "/tmp", "--bind", str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
+    argv += ["--bind", str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
     argv += ["--clearenv"]
     for key, value in _sandbox_env(WORKDIR_INSIDE).items():
         argv += ["--setenv", key, value]

@@ -12,7 +12,7 @@ import pytest
 
 from agents import blocks
 from agents.approval import ApprovalRequest, Decision
-from agents.runtime import Event, RunOptions, Runtime
+from agents.runtime import Event, Outcome, RunOptions, Runtime
 from agents.tasks import Task
 from storage import (
     Actor,
@@ -235,18 +235,25 @@ def test_a_tick_that_cannot_fit_truncates_the_session(
     assert sqlite_store.get_session(outcome.session_id).status is SessionStatus.TRUNCATED
 
 
-def test_rejection_reason_is_feedback_in_the_next_context(
-    sqlite_store: TraceStore, backend: object, tmp_path: Path
-) -> None:
+def first_answer_then_solve(
+    store: TraceStore, backend: object, tmp_path: Path, first: Decision
+) -> tuple[Outcome, Node, Node]:
+    """A session whose first proposed action gets `first` and whose second is edited
+    into SOLVE: it completes. Returns the outcome and the two proposed actions."""
     runtime, asked = make_runtime(
-        sqlite_store,
-        backend,
-        tmp_path,
-        [lambda r: Decision.reject("do not touch the network"), lambda r: Decision.edit(SOLVE)],
+        store, backend, tmp_path, [lambda r: first, lambda r: Decision.edit(SOLVE)]
     )
     outcome = runtime.run()
     assert outcome.status is SessionStatus.COMPLETED
-    first, second = asked[0].action, asked[1].action
+    return outcome, asked[0].action, asked[1].action
+
+
+def test_rejection_reason_is_feedback_in_the_next_context(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    _, first, second = first_answer_then_solve(
+        sqlite_store, backend, tmp_path, Decision.reject("do not touch the network")
+    )
     (decision,) = sqlite_store.decisions(first.id)
     assert decision.verdict is Verdict.REJECT and decision.reason == "do not touch the network"
     assert sqlite_store.get_node(first.id).status is NodeStatus.REJECTED
@@ -382,15 +389,9 @@ def test_resume_continues_from_the_last_complete_tick(
 def test_regenerate_samples_the_action_again_and_runs_nothing(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    runtime, asked = make_runtime(
-        sqlite_store,
-        backend,
-        tmp_path,
-        [lambda r: Decision.regenerate("try another way"), lambda r: Decision.edit(SOLVE)],
+    outcome, first, second = first_answer_then_solve(
+        sqlite_store, backend, tmp_path, Decision.regenerate("try another way")
     )
-    outcome = runtime.run()
-    assert outcome.status is SessionStatus.COMPLETED
-    first, second = asked[0].action, asked[1].action
     assert first.id != second.id
     (decision,) = sqlite_store.decisions(first.id)
     assert decision.verdict is Verdict.REGENERATE and decision.reason == "try another way"
@@ -399,7 +400,9 @@ def test_regenerate_samples_the_action_again_and_runs_nothing(
     # the new candidates are siblings of the old ones: same parent, one tick
     assert second.parent_id == first.parent_id and second.tick == first.tick
     path_ids = [n.id for n in sqlite_store.path(second.id)]
-    assert first.id not in path_ids and asked[0].expectation.id not in path_ids
+    expectations = [n.id for n in sqlite_store.children(first.id) if n.kind == "expectation"]
+    assert expectations and first.id not in path_ids
+    assert not set(expectations) & set(path_ids)
     # a regeneration is not a failed attempt: no action failed, nothing ran for it
     tree = sqlite_store.tree(outcome.session_id)
     assert not [n for n in tree if n.kind == "action" and n.status is NodeStatus.FAILED]

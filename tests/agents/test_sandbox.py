@@ -778,3 +778,34 @@ def test_attack_namespaces_mounts_and_ptrace_are_refused(kernel: Kernel) -> None
         "ptrace": "Operation not permitted",
         "uid": 65534,
     }
+
+
+def test_a_python_installed_under_tmp_still_runs_inside(tmp_path: Path) -> None:
+    """The sandbox mounts its own /tmp; a console whose venv lies under the host's /tmp
+    (a CI clone, say) must still find its interpreter there."""
+    import sys
+    import sysconfig
+
+    venv = Path("/tmp") / f"agent-console-venv-{uuid.uuid4().hex[:8]}"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        repo = Path(__file__).resolve().parents[2]
+        paths = [str(repo), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        probe = (
+            "import sys; from pathlib import Path; from agents.sandbox import Kernel\n"
+            "assert sys.prefix.startswith('/tmp/'), sys.prefix\n"
+            f"with Kernel(Path({str(tmp_path)!r})) as k:\n"
+            '    k.start(); k.exec_block(\'self.add_action("p", lambda s: __import__("sys").executable)\')\n'
+            "    print(k.call_action('p').value)\n"
+        )
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", probe],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(venv / "bin" / "python")  # that very interpreter
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
