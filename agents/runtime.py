@@ -64,7 +64,8 @@ REMINDER_CHARS = 600
 @dataclass(frozen=True, slots=True)
 class Event:
     """One step of a session, JSON-safe: `kind` is node, decision, evaluation, message,
-    approval or status; `data` holds the fields."""
+    approval, status or step (a stepping agent waits for the operator); `data` holds the
+    fields."""
 
     kind: str
     session_id: int
@@ -185,6 +186,10 @@ class Runtime:
         self._running = threading.Event()
         self._running.set()
         self._chat: queue.SimpleQueue[str] = queue.SimpleQueue()
+        # Step mode: None runs freely; "block" or "tick" waits for a permit from `step()`.
+        self._stepping: str | None = None
+        self._permits = 0
+        self._step_lock = threading.Condition()
         self._rng = random.Random(options.seed)
         self._kernel: Kernel | None = None
         # Finished ticks render the same text every time they are counted: count it once.
@@ -206,6 +211,26 @@ class Runtime:
 
     def unpause(self) -> None:
         self._running.set()
+
+    def set_stepping(self, unit: str | None) -> None:
+        """Step mode: with `"block"` the agent waits for `step()` before each block, with
+        `"tick"` before each tick; `None` lets it run until it needs the operator."""
+        if unit not in (None, "block", "tick"):
+            raise ValueError(f"step unit must be block, tick or None, not {unit!r}")
+        with self._step_lock:
+            self._stepping = unit
+            self._permits = 0
+            self._step_lock.notify_all()
+
+    def step(self) -> None:
+        """Let a stepping agent make one more block (or tick)."""
+        with self._step_lock:
+            self._permits += 1
+            self._step_lock.notify_all()
+
+    @property
+    def stepping(self) -> str | None:
+        return self._stepping
 
     def post_message(self, text: str) -> None:
         """An operator chat message: it enters the context as an observation block at the
@@ -305,6 +330,7 @@ class Runtime:
     # -- one tick --------------------------------------------------------------------------
 
     def _run_tick(self, tick: int) -> None:
+        self._await_step("tick", f"tick {tick}")
         state = _TickState(tick)
         self._runtime_block(blocks.TASK_REMINDER, self._reminder(), tick)
         self._observe(tick)
@@ -630,6 +656,7 @@ class Runtime:
     def _generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
         """Sample candidates for a model-written block, rank them, store them all as
         siblings; the chosen one joins the path. Returns (chosen, alternates)."""
+        self._await_step("block", kind)
         self._checkpoint()
         header = self._header(kind, tick)
         question = ranking.QUESTIONS[kind]
@@ -739,6 +766,20 @@ class Runtime:
         if self._stop.is_set():
             raise Aborted("stopped")
 
+    def _await_step(self, unit: str, upcoming: str) -> None:
+        """In step mode, wait at this boundary until the operator lets the agent on."""
+        with self._step_lock:
+            if self._stepping != unit:
+                return
+            if self._permits == 0:
+                self._emit("step", unit=unit, next=upcoming)
+            while self._stepping == unit and self._permits == 0:
+                if self._stop.is_set():
+                    raise Aborted("stopped")
+                self._step_lock.wait(0.1)
+            if self._stepping == unit:
+                self._permits -= 1
+
     @staticmethod
     def _finite(value: float) -> float:
         return value if math.isfinite(value) else math.copysign(20.0, value)
@@ -787,6 +828,7 @@ class Runtime:
     # -- storing and reporting ---------------------------------------------------------------
 
     def _runtime_block(self, kind: str, text: str, tick: int, *, title: str | None = None) -> Node:
+        self._await_step("block", kind)
         header = self._header(kind, tick, title)
         return self._store_block(
             NewNode(

@@ -5,8 +5,10 @@ actions don't parse and must be penalised; the operator's edits are what run."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -407,3 +409,61 @@ def test_regenerate_samples_the_action_again_and_runs_nothing(
     tree = sqlite_store.tree(outcome.session_id)
     assert not [n for n in tree if n.kind == "action" and n.status is NodeStatus.FAILED]
     assert "ok" not in sqlite_store.get_node(first.id).meta  # no call result recorded
+
+
+def test_step_mode_makes_one_block_per_step_then_runs_freely(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    events: list[Event] = []
+    runtime, _ = make_runtime(
+        sqlite_store, backend, tmp_path, approval="deny", escalation=(), events=events
+    )
+    runtime.set_stepping("block")
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(runtime.run()))
+    thread.start()
+
+    def waiting_steps() -> int:
+        return sum(1 for e in events if e.kind == "step")
+
+    def settle(steps: int) -> None:
+        deadline = time.monotonic() + 60
+        while waiting_steps() < steps and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert waiting_steps() == steps
+
+    settle(1)  # even the session's first block waits for a step
+    first_wait = len([e for e in events if e.kind == "node"])
+    time.sleep(0.3)
+    assert len([e for e in events if e.kind == "node"]) == first_wait  # nothing moves
+    runtime.step()
+    settle(2)
+    made = [e for e in events if e.kind == "node"][first_wait:]
+    assert [e.data["kind"] for e in made] == ["genesis"]
+    assert events[-1].kind == "step" and events[-1].data["next"] == "task-reminder"
+    runtime.set_stepping(None)  # run mode: on to the end without another step
+    thread.join(60)
+    assert not thread.is_alive() and done
+    assert waiting_steps() == 2
+
+
+def test_step_mode_by_tick_and_stop_while_waiting(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    events: list[Event] = []
+    runtime, _ = make_runtime(
+        sqlite_store, backend, tmp_path, approval="deny", escalation=(), events=events
+    )
+    runtime.set_stepping("tick")
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(runtime.run()))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not any(e.kind == "step" for e in events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [e.data for e in events if e.kind == "step"] == [{"unit": "tick", "next": "tick 1"}]
+    runtime.stop()
+    thread.join(30)
+    assert done and done[0].status is SessionStatus.ABORTED
+    with pytest.raises(ValueError):
+        runtime.set_stepping("line")
