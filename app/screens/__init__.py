@@ -1,0 +1,1 @@
+"""The console's screens: one module (and one .tcss beside it) per screen."""

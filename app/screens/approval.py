@@ -1,0 +1,381 @@
+"""The approval modal: the operator's verdict on one proposed action.
+
+The runtime blocks on `ApprovalRequest.future`; the console pushes this screen with the
+request and resolves the future with the `Decision` the screen is dismissed with. The
+screen never touches the store or the future itself, so it can be driven (and tested) on
+its own.
+
+Three modes share one screen: viewing the candidates, editing the action, typing a reason
+to reject it. `check_action` ties every binding to a mode, so the footer (and the command
+palette) only offer what applies now.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from enum import StrEnum
+from functools import partial
+from typing import ClassVar
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Input, OptionList, Static, TextArea
+from textual.widgets.option_list import Option
+
+from agents.approval import ApprovalRequest, Decision
+from storage import Node
+
+#: The view renders at most this much of a text; the editor always gets all of it.
+VIEW_MAX_LINES = 400
+VIEW_MAX_CHARS = 40_000
+#: Textual's TextArea re-highlights the whole document on every keystroke (about a second
+#: per megabyte), so longer texts are edited without highlighting.
+EDIT_HIGHLIGHT_MAX_CHARS = 100_000
+#: How much of a candidate's first line its row in the list shows.
+PREVIEW_CHARS = 60
+
+
+class Mode(StrEnum):
+    VIEW = "view"
+    EDIT = "edit"
+    REJECT = "reject"
+
+
+#: Which mode each action belongs to; `check_action` refines pick and pick_number.
+ACTION_MODES: dict[str, Mode] = {
+    "approve": Mode.VIEW,
+    "edit": Mode.VIEW,
+    "reject": Mode.VIEW,
+    "pick": Mode.VIEW,
+    "pick_number": Mode.VIEW,
+    "regenerate": Mode.VIEW,
+    "accept_edit": Mode.EDIT,
+    "confirm_reject": Mode.REJECT,
+}
+
+
+def capped(text: str) -> tuple[str, str | None]:
+    """The part of `text` the view renders, and a note saying what was left out (or None).
+
+    Rendering is the slow part (highlighting, wrapping), so a megabyte of model output is
+    cut to its head here rather than handed to Rich."""
+    head = text[:VIEW_MAX_CHARS]
+    lines = head.splitlines()
+    if len(lines) > VIEW_MAX_LINES:
+        head = "\n".join(lines[:VIEW_MAX_LINES])
+    if len(head) >= len(text):
+        return text, None
+    total_lines = text.count("\n") + 1
+    shown_lines = head.count("\n") + 1
+    return head, (
+        f"capped: showing {len(head):,} of {len(text):,} characters "
+        f"({shown_lines:,} of {total_lines:,} lines); press e to edit the full text"
+    )
+
+
+def first_line(text: str) -> str:
+    for line in text[: VIEW_MAX_CHARS // 4].splitlines():
+        if line.strip():
+            return line.strip()[:PREVIEW_CHARS]
+    return "(empty)"
+
+
+def score_text(node: Node) -> Text:
+    """`score +0.62 (tests +0.50, style +0.12)`, or `not scored`."""
+    if node.score is None:
+        return Text("not scored", style="dim")
+    text = Text.assemble(("score ", "dim"), (f"{node.score:+.2f}", "bold"))
+    if node.score_parts:
+        parts = ", ".join(f"{name} {value:+.2f}" for name, value in node.score_parts.items())
+        text.append(f" ({parts})", style="dim")
+    return text
+
+
+class ApprovalCommands(Provider):
+    """The approval screen's verbs in the command palette, limited to those that apply
+    in the screen's current mode."""
+
+    #: (palette name, screen action, help)
+    ENTRIES: tuple[tuple[str, str, str], ...] = (
+        ("approval: Approve", "approve", "Run the proposed action as it is"),
+        ("approval: Edit", "edit", "Edit the action's code, then run your version"),
+        ("approval: Reject", "reject", "Refuse the action and tell the agent why"),
+        ("approval: Pick alternate", "pick", "Run the highlighted alternate instead"),
+        ("approval: Regenerate", "regenerate", "Sample a new action; nothing runs this time"),
+        ("approval: Accept edit", "accept_edit", "Check the edited code and run it"),
+        ("approval: Confirm reject", "confirm_reject", "Reject with the reason typed"),
+        ("approval: Back", "back", "Leave editing or rejecting; nothing is decided"),
+    )
+
+    def available(self) -> Iterable[tuple[str, str, str]]:
+        screen = self.screen
+        if not isinstance(screen, ApprovalScreen):
+            return
+        for name, action, help_text in self.ENTRIES:
+            if screen.check_action(action, ()):
+                yield name, action, help_text
+
+    async def discover(self) -> Hits:
+        for name, action, help_text in self.available():
+            yield DiscoveryHit(name, partial(self.screen.run_action, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, action, help_text in self.available():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(
+                    score,
+                    matcher.highlight(name),
+                    partial(self.screen.run_action, action),
+                    text=name,
+                    help=help_text,
+                )
+
+
+class ApprovalScreen(ModalScreen[Decision]):
+    """Approve, edit, reject, pick an alternate or regenerate one proposed action."""
+
+    CSS_PATH = "approval.tcss"
+    COMMANDS = {ApprovalCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "approve", "Approve", id="approval.approve",
+                tooltip="Run the proposed action as it is"),
+        Binding("e", "edit", "Edit", id="approval.edit",
+                tooltip="Edit the action's code, then run your version"),
+        Binding("r", "reject", "Reject", id="approval.reject",
+                tooltip="Refuse the action and tell the agent why"),
+        Binding("p", "pick", "Pick", id="approval.pick",
+                tooltip="Run the highlighted alternate instead of the proposed action"),
+        Binding("g", "regenerate", "Regenerate", id="approval.regenerate",
+                tooltip="Sample a new action; the proposed one is kept as an alternate"),
+        Binding("ctrl+s", "accept_edit", "Accept edit", id="approval.accept_edit",
+                tooltip="Check the edited code parses as Python and run it"),
+        # Priority, so the footer shows it over the reason Input's own (hidden) enter.
+        Binding("enter", "confirm_reject", "Confirm", id="approval.confirm_reject",
+                priority=True, tooltip="Reject with the reason typed"),
+        # Priority: the code editor would otherwise take escape to move focus.
+        Binding("escape", "back", "Back", id="approval.back", priority=True,
+                tooltip="Leave editing or rejecting; nothing is decided"),
+        *(
+            Binding(str(n), f"pick_number({n})", f"Pick {n}", id=f"approval.pick_{n}",
+                    show=False, tooltip=f"Run alternate {n} instead")
+            for n in range(1, 10)
+        ),
+    ]  # fmt: skip
+
+    mode: reactive[Mode] = reactive(Mode.VIEW, init=False, bindings=True)
+
+    def __init__(self, request: ApprovalRequest) -> None:
+        super().__init__()
+        self.request = request
+        #: the proposed action first, then its alternates: the rows of the candidate list
+        self.candidates: list[Node] = [request.action, *request.alternates]
+        #: the candidate list's highlighted row (0 is the proposed action)
+        self.highlighted = 0
+
+    # -- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        action = self.request.action
+        with Vertical(id="approval-dialog") as dialog:
+            dialog.border_title = f"Approve action #{action.id}? · tick {action.tick}"
+            yield Static(Text(self.request.why), id="approval-why")
+            with Horizontal(id="approval-body"):
+                with Vertical(id="approval-main"):
+                    yield Static(id="approval-score")
+                    with VerticalScroll(id="approval-code-scroll"):
+                        yield Static(id="approval-code")
+                    yield Static(id="approval-capped")
+                    yield TextArea.code_editor("", language="python", id="approval-editor")
+                with Vertical(id="approval-side"):
+                    with VerticalScroll(id="approval-expectation-scroll") as scroll:
+                        scroll.border_title = "expectation"
+                        yield Static(self.expectation_text(), id="approval-expectation")
+                    candidates = OptionList(*self.candidate_options(), id="approval-candidates")
+                    candidates.border_title = f"candidates ({len(self.request.alternates)} alt)"
+                    yield candidates
+            yield Input(placeholder="why reject it? (enter confirms, escape goes back)",
+                        id="approval-reason")  # fmt: skip
+        yield Footer()
+
+    def expectation_text(self) -> Text:
+        expectation = self.request.expectation
+        if expectation is None or not expectation.text.strip():
+            return Text("no expectation was written for this action", style="dim italic")
+        head, note = capped(expectation.text)
+        return Text(head + (f"\n\n[{note}]" if note else ""))
+
+    def candidate_options(self) -> list[Option]:
+        options = []
+        for index, node in enumerate(self.candidates):
+            label = "proposed" if index == 0 else f"alt {index}"
+            score = "  —  " if node.score is None else f"{node.score:+.2f}"
+            prompt = Text.assemble(
+                (f"{label:<8} ", "bold" if index == 0 else ""),
+                (f"{score} ", "dim"),
+                first_line(node.text),
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+            options.append(Option(prompt, id=f"node-{node.id}"))
+        return options
+
+    def on_mount(self) -> None:
+        candidates = self.query_one("#approval-candidates", OptionList)
+        candidates.highlighted = 0
+        candidates.focus()
+        self.show_node(self.request.action)
+        self.apply_mode(self.mode)
+
+    # -- showing ------------------------------------------------------------------------
+
+    def show_node(self, node: Node) -> None:
+        """Put `node`'s code, score and parts in the view."""
+        if node.id == self.request.action.id:
+            where = Text(f"proposed action #{node.id}  ", style="bold")
+        else:
+            where = Text(f"alternate #{node.id} (p picks it)  ", style="bold yellow")
+        self.query_one("#approval-score", Static).update(Text.assemble(where, score_text(node)))
+        head, note = capped(node.text)
+        code = Syntax(
+            head.rstrip("\n"), "python", line_numbers=True, word_wrap=True, theme="ansi_dark"
+        )
+        self.query_one("#approval-code", Static).update(code)
+        notice = self.query_one("#approval-capped", Static)
+        notice.update(Text(note or ""))
+        notice.display = note is not None
+        self.query_one("#approval-code-scroll", VerticalScroll).scroll_home(animate=False)
+
+    @on(OptionList.OptionHighlighted, "#approval-candidates")
+    def candidate_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        self.highlighted = event.option_index
+        self.show_node(self.candidates[event.option_index])
+        self.refresh_bindings()
+
+    def highlighted_alternate(self) -> Node | None:
+        return self.candidates[self.highlighted] if self.highlighted > 0 else None
+
+    # -- modes --------------------------------------------------------------------------
+
+    def watch_mode(self, mode: Mode) -> None:
+        self.apply_mode(mode)
+
+    def apply_mode(self, mode: Mode) -> None:
+        for name in Mode:
+            self.set_class(mode is name, f"-{name.value}")
+        if mode is Mode.EDIT:
+            self.query_one("#approval-editor", TextArea).focus()
+        elif mode is Mode.REJECT:
+            self.query_one("#approval-reason", Input).focus()
+        else:
+            self.query_one("#approval-candidates", OptionList).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back":
+            return self.mode is not Mode.VIEW
+        wanted = ACTION_MODES.get(action)
+        if wanted is None:
+            return True
+        if wanted is not self.mode:
+            return False
+        if action == "pick":
+            if not self.request.alternates:
+                return False
+            # Shown but greyed while the proposed action itself is highlighted.
+            return True if self.highlighted_alternate() is not None else None
+        if action == "pick_number":
+            number = parameters[0] if parameters else 0
+            return isinstance(number, int) and 1 <= number <= len(self.request.alternates)
+        return True
+
+    # -- verdicts -----------------------------------------------------------------------
+
+    def decide(self, decision: Decision) -> None:
+        # `dismiss` pops whatever screen is on top, so only decide while this one is.
+        if self.is_current:
+            self.dismiss(decision)
+
+    def action_approve(self) -> None:
+        self.decide(Decision.approve())
+
+    def action_regenerate(self) -> None:
+        self.decide(Decision.regenerate())
+
+    def action_pick(self) -> None:
+        alternate = self.highlighted_alternate()
+        if alternate is None:
+            self.notify("highlight an alternate in the list first", severity="warning")
+            return
+        self.decide(Decision.pick(alternate.id))
+
+    def action_pick_number(self, number: int) -> None:
+        self.decide(Decision.pick(self.request.alternates[number - 1].id))
+
+    def action_edit(self) -> None:
+        text = self.request.action.text
+        editor = self.query_one("#approval-editor", TextArea)
+        highlight = len(text) <= EDIT_HIGHLIGHT_MAX_CHARS
+        editor.language = "python" if highlight else None
+        editor.load_text(text)
+        editor.move_cursor((0, 0))
+        self.mode = Mode.EDIT
+        if not highlight:
+            self.notify(
+                f"{len(text):,} characters: highlighting is off so typing stays quick",
+                severity="information",
+            )
+
+    def action_accept_edit(self) -> None:
+        editor = self.query_one("#approval-editor", TextArea)
+        text = editor.text
+        try:
+            ast.parse(text)
+        except SyntaxError as error:
+            line = error.lineno or 1
+            self.notify(
+                f"line {line}: {error.msg}",
+                title="Not valid Python; the edit stays open",
+                severity="error",
+                markup=False,
+            )
+            editor.move_cursor((max(line - 1, 0), max((error.offset or 1) - 1, 0)))
+            return
+        except ValueError as error:  # e.g. a NUL byte, which Python 3.11 reports this way
+            self.notify(str(error), title="Not valid Python; the edit stays open", severity="error")
+            return
+        if text.strip() == self.request.action.text.strip():
+            self.notify("unchanged: press a to approve as it is", severity="warning")
+            return
+        self.decide(Decision.edit(text))
+
+    def action_reject(self) -> None:
+        self.query_one("#approval-reason", Input).clear()
+        self.mode = Mode.REJECT
+
+    def action_confirm_reject(self) -> None:
+        reason = self.query_one("#approval-reason", Input).value.strip()
+        if not reason:
+            self.notify("a reason is needed: the agent reads it as feedback", severity="warning")
+            return
+        self.decide(Decision.reject(reason))
+
+    @on(Input.Submitted, "#approval-reason")
+    def reason_submitted(self, event: Input.Submitted) -> None:
+        """The Input's own enter, reached when confirm_reject is rebound to another key."""
+        event.stop()
+        self.action_confirm_reject()
+
+    def action_back(self) -> None:
+        """Back to viewing; an edit in progress is discarded."""
+        if self.mode is Mode.EDIT:
+            self.query_one("#approval-editor", TextArea).load_text("")
+        self.mode = Mode.VIEW

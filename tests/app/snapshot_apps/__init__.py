@@ -1,0 +1,1 @@
+"""Apps the snapshot tests screenshot; each builds its own store from fixed texts."""
