@@ -70,6 +70,8 @@ class Event:
     kind: str
     session_id: int
     data: dict[str, Any]
+    #: for node events, the stored block itself (in-process listeners; not in the JSON)
+    node: Node | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"event": self.kind, "session": self.session_id, **self.data}
@@ -933,6 +935,7 @@ class Runtime:
     def _emit_node(self, node: Node) -> None:
         self._emit(
             "node",
+            subject=node,
             id=node.id,
             parent=node.parent_id,
             tick=node.tick,
@@ -944,9 +947,9 @@ class Runtime:
             text=node.text,
         )
 
-    def _emit(self, event: str, /, **data: Any) -> None:
+    def _emit(self, event: str, /, subject: Node | None = None, **data: Any) -> None:
         if self.listener is not None:
-            self.listener(Event(event, self.session_id, data))
+            self.listener(Event(event, self.session_id, data, subject))
 
 
 GENESIS_TEMPLATE = '''\

@@ -1,130 +1,112 @@
-"""The console's main screen: browse stored sessions as a tree of ticks and blocks.
+"""The console app: themes, keys, the model (loaded in a worker after the first frame),
+and the screens: main (trace tree, live session), approval, labelling, help.
 
-The store is read in thread workers; the tree is lazy (a session's blocks are loaded
-when it is expanded), so a large store opens as fast as an empty one.
+No heavy import happens before the first frame: the model backend, the runtime and the
+screens that are not shown yet are imported when they are first needed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from rich.syntax import Syntax
-from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Header, Static, Tree
-from textual.widgets.tree import TreeNode
+from textual.app import App
+from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
 from agents.settings import Settings
+from app.screens.main import MainScreen
+from app.themes import load_themes
+from app.widgets.status_bar import StatusBar
+from storage import TraceStore
 
 if TYPE_CHECKING:
     from agents.backends import Backend
-from app.themes import load_themes
-from storage import Label, LabelValue, Node, NodeStatus, Session, TraceStore
+    from agents.tasks import Task
 
-CODE_KINDS = {"action", "debug", "expectation", "evaluation", "observation-inference", "backtrack"}
-STATUS_MARKS = {
-    NodeStatus.APPROVED: "✔",
-    NodeStatus.EDITED: "✎",
-    NodeStatus.REJECTED: "✘",
-    NodeStatus.FAILED: "!",
-    NodeStatus.ALTERNATE: "⋯",
-}
 FALLBACK_THEME = "textual-dark"
 
 
-@dataclass(frozen=True)
-class SessionEntry:
-    session: Session
+def binding_ids() -> set[str]:
+    """Every binding id the keys setting can remap, across the console's screens."""
+    from app.screens.approval import ApprovalScreen
+    from app.screens.help import HelpScreen
+    from app.screens.label import LabelScreen
+    from app.widgets.trace_tree import TraceTree
 
-
-@dataclass(frozen=True)
-class BlockEntry:
-    node: Node
-    label: Label | None
-
-
-def block_label(node: Node, label: Label | None) -> Text:
-    text = Text()
-    if label is not None:
-        good = label.value is LabelValue.GOOD
-        text.append("+ " if good else "- ", style="bold green" if good else "bold red")
-    mark = STATUS_MARKS.get(node.status)
-    if mark:
-        text.append(f"{mark} ", style="red" if node.status is NodeStatus.FAILED else "dim")
-    text.append(node.kind, style="dim" if node.status is NodeStatus.ALTERNATE else "")
-    first = node.text.strip().splitlines()[0][:60] if node.text.strip() else ""
-    if first:
-        text.append(f"  {first}", style="dim")
-    return text
-
-
-class BlockView(Static):
-    """The selected block: its header (kind, status, score and parts) and its text."""
-
-    def show(self, entry: BlockEntry | None) -> None:
-        if entry is None:
-            self.update("Select a block to see it here.")
-            return
-        node, label = entry.node, entry.label
-        head = Text(
-            f"#{node.id} {node.kind} · tick {node.tick} · {node.status.value}", style="bold"
-        )
-        if node.score is not None:
-            parts = ", ".join(f"{k} {v:+.2f}" for k, v in node.score_parts.items())
-            head.append(f" · score {node.score:+.2f}" + (f" ({parts})" if parts else ""))
-        if label is not None:
-            head.append(f" · labelled {label.value.value}")
-        body = (
-            Syntax(node.text, "python", word_wrap=True, theme="ansi_dark")
-            if node.kind in CODE_KINDS
-            else Text(node.text)
-        )
-        from rich.console import Group
-
-        self.update(Group(head, Text(""), body))
+    owners = (ConsoleApp, MainScreen, ApprovalScreen, LabelScreen, HelpScreen, TraceTree)
+    return {b.id for owner in owners for b in owner.BINDINGS if isinstance(b, Binding) and b.id}
 
 
 class ConsoleApp(App[None]):
-    CSS_PATH = "console.tcss"
     TITLE = "agent-console"
-    BINDINGS = [
+    # Textual reads a screen's CSS_PATH when the screen is pushed, not for the default
+    # screen: the main screen's stylesheet (beside its module) is loaded by the app.
+    CSS_PATH = "screens/main.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
         Binding(
             "r", "refresh", "Refresh", id="app.refresh", tooltip="Reload sessions from the store"
         ),
     ]
 
-    def __init__(self, *, store: TraceStore, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        store: TraceStore,
+        settings: Settings,
+        start: str = "main",
+        label_session: int | None = None,
+        task: Task | None = None,
+    ) -> None:
         super().__init__()
         self.store = store
         self.settings = settings
+        self.start = start
+        self.label_session = label_session
+        self.start_task = task
+        self.backend: Backend | None = None
+        self.model_problem: str | None = None
         self.sub_title = store.where
+        # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
+        self.animation_level = "none"
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal():
-            tree: Tree[SessionEntry | BlockEntry | None] = Tree("sessions", id="trace-tree")
-            tree.show_root = False
-            yield tree
-            with VerticalScroll(id="block-pane"):
-                yield BlockView("Select a block to see it here.", id="block-view")
-        yield Footer()
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(self.store)
+
+    @property
+    def main(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
 
     def on_mount(self) -> None:
         self.apply_theme()
         self.apply_keymap()
-        self.query_one("#trace-tree", Tree).focus()
-        self.load_sessions()
-        self.backend: Backend | None = None
         if self.settings.backend != "none":
-            self.sub_title = f"{self.store.where} · loading model…"
             self.load_model()
+        else:
+            self.model_failed("the backend setting is `none`")
+        if self.start == "label":
+            from app.screens.label import LabelScreen
+
+            self.push_screen(LabelScreen(self.store, self.label_session))
+
+    def show_model_state(self) -> None:
+        """The status bar's model part (the main screen calls it once it is composed)."""
+        found = self.main.query(StatusBar)
+        if not found:
+            return
+        status = found.first()
+        status.policy = self.settings.approval
+        backend = self.backend
+        if backend is not None:
+            status.backend, status.model = backend.name, backend.model
+            status.adapter = backend.active_adapter or ""
+        elif self.model_problem is not None:
+            status.backend = "no model"
+        else:
+            status.backend = "loading model…"
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="model")
     def load_model(self) -> None:
@@ -140,16 +122,24 @@ class ConsoleApp(App[None]):
 
     def model_ready(self, backend: Backend) -> None:
         self.backend = backend
-        self.sub_title = f"{self.store.where} · {backend.name}: {backend.model}"
+        self.show_model_state()
+        if self.start_task is not None:
+            self.main.start_session(self.start_task)
 
     def model_failed(self, reason: str) -> None:
-        self.sub_title = f"{self.store.where} · no model"
+        self.model_problem = reason
+        self.show_model_state()
         self.notify(
-            f"no model: {reason}. Browsing and labelling still work.",
+            f"no model: {reason}. Browsing, labelling and training still work.",
             severity="warning",
             timeout=15,
             markup=False,
         )
+
+    def no_model_reason(self) -> str:
+        if self.model_problem is not None:
+            return f"no model: {self.model_problem}"
+        return "the model is still loading: wait for it in the status bar"
 
     def apply_theme(self) -> None:
         themes, problems = load_themes()
@@ -172,7 +162,7 @@ class ConsoleApp(App[None]):
     def apply_keymap(self) -> None:
         """The `keys` setting: binding id -> keys. An id no binding has is named in a
         warning (a typo would otherwise go unnoticed) and the rest still apply."""
-        known = {b.id for b in self.BINDINGS if isinstance(b, Binding) and b.id}
+        known = binding_ids()
         unknown = sorted(set(self.settings.keys) - known)
         if unknown:
             self.notify(
@@ -185,63 +175,7 @@ class ConsoleApp(App[None]):
         self.set_keymap({k: v for k, v in self.settings.keys.items() if k in known})
 
     def action_refresh(self) -> None:
-        self.load_sessions()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="store")
-    def load_sessions(self) -> None:
-        sessions = self.store.list_sessions(limit=1000)
-        self.call_from_thread(self.show_sessions, sessions)
-
-    def show_sessions(self, sessions: list[Session]) -> None:
-        tree = self.query_one("#trace-tree", Tree)
-        tree.clear()
-        if not sessions:
-            tree.root.add_leaf(Text("no sessions yet", style="dim"), data=None)
-        for session in sessions:
-            task = session.task.strip()
-            title = session.title or (task.splitlines()[0][:60] if task else "(untitled)")
-            label = Text(f"#{session.id} ", style="bold")
-            label.append(title)
-            label.append(f"  {session.status.value}", style="dim")
-            tree.root.add(label, data=SessionEntry(session), allow_expand=True)
-        tree.cursor_line = 0
-
-    @on(Tree.NodeExpanded)
-    def expand_session(self, event: Tree.NodeExpanded[SessionEntry | BlockEntry | None]) -> None:
-        entry = event.node.data
-        if isinstance(entry, SessionEntry) and not event.node.children:
-            self.load_blocks(event.node, entry.session.id)
-
-    @work(thread=True, exit_on_error=False, group="store")
-    def load_blocks(
-        self, tree_node: TreeNode[SessionEntry | BlockEntry | None], session_id: int
-    ) -> None:
-        nodes = self.store.tree(session_id)
-        labels = self.store.session_labels(session_id)
-        self.call_from_thread(self.show_blocks, tree_node, nodes, labels)
-
-    def show_blocks(
-        self,
-        tree_node: TreeNode[SessionEntry | BlockEntry | None],
-        nodes: list[Node],
-        labels: dict[int, Label],
-    ) -> None:
-        if not nodes:
-            tree_node.add_leaf(Text("no blocks", style="dim"), data=None)
-        for tick, blocks in groupby(
-            sorted(nodes, key=lambda n: (n.tick, n.id)), key=lambda n: n.tick
-        ):
-            tick_node = tree_node.add(f"tick {tick}", data=None, expand=True)
-            for node in blocks:
-                tick_node.add_leaf(
-                    block_label(node, labels.get(node.id)),
-                    data=BlockEntry(node, labels.get(node.id)),
-                )
-
-    @on(Tree.NodeHighlighted)
-    def show_block(self, event: Tree.NodeHighlighted[SessionEntry | BlockEntry | None]) -> None:
-        entry = event.node.data
-        self.query_one(BlockView).show(entry if isinstance(entry, BlockEntry) else None)
+        self.main.load_sessions()
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:

@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     Column,
@@ -23,12 +23,16 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    case,
     exists,
     func,
     insert,
     literal,
+    or_,
     select,
     text,
+    tuple_,
+    union,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -736,3 +740,225 @@ class TraceStore:
         with self._read() as conn:
             rows = conn.execute(select(*cv.ADAPTER_COLUMNS).order_by(adapter_t.c.id.desc())).all()
         return [cv.to_adapter(r) for r in rows]
+
+    # -- labelling: the queue of unlabelled branches; bulk reads a session or a page at a time
+
+    def label_queue(
+        self,
+        *,
+        limit: int = 200,
+        after: tuple[int, int, int] | None = None,
+        offset: int = 0,
+        session_id: int | None = None,
+        kind: str = "action",
+    ) -> list[d.Node]:
+        """Blocks of `kind` (of any status, alternates too) that no effective label covers
+        (their own, or a path label on them or on a descendant): newest session first,
+        then latest tick, then newest node. `after` is the (session id, tick, node id) of
+        the last one seen, so the next page starts past it even while labels are given."""
+        stmt = (
+            select(*cv.NODE_LIGHT_COLUMNS)
+            .where(*self._unlabelled(kind, session_id, after))
+            .order_by(node_t.c.session_id.desc(), node_t.c.tick.desc(), node_t.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        with self._read() as conn:
+            return [cv.to_node(r) for r in conn.execute(stmt)]
+
+    def count_label_queue(
+        self,
+        *,
+        after: tuple[int, int, int] | None = None,
+        session_id: int | None = None,
+        kind: str = "action",
+    ) -> int:
+        """How many `label_queue` items lie past `after` (all of them without it)."""
+        stmt = (
+            select(func.count())
+            .select_from(node_t)
+            .where(*self._unlabelled(kind, session_id, after))
+        )
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    @staticmethod
+    def _unlabelled(
+        kind: str, session_id: int | None, after: tuple[int, int, int] | None
+    ) -> list[Any]:
+        newer = label_t.alias("newer")
+        latest = (
+            select(label_t.c.node_id, label_t.c.scope)
+            .join(node_t, node_t.c.id == label_t.c.node_id)
+            .where(
+                label_t.c.retracted_at.is_(None),
+                ~exists().where(
+                    newer.c.node_id == label_t.c.node_id,
+                    newer.c.retracted_at.is_(None),
+                    newer.c.id > label_t.c.id,
+                ),
+            )
+        )
+        if session_id is not None:
+            latest = latest.where(node_t.c.session_id == session_id)
+        effective = latest.cte("effective")
+        # A path label covers its node and every ancestor: walk up once (UNION drops the
+        # nodes already reached, so overlapping paths cost no more than one).
+        up = node_t.alias("up")
+        covered = (
+            select(effective.c.node_id.label("id"))
+            .where(effective.c.scope == d.LabelScope.PATH.value)
+            .cte("covered", recursive=True)
+        )
+        covered = covered.union(
+            select(up.c.parent_id).where(up.c.id == covered.c.id, up.c.parent_id.is_not(None))
+        )
+        conditions: list[Any] = [
+            node_t.c.kind == kind,
+            node_t.c.id.not_in(select(effective.c.node_id)),
+            node_t.c.id.not_in(select(covered.c.id)),
+        ]
+        if session_id is not None:
+            conditions.append(node_t.c.session_id == session_id)
+        if after is not None:
+            conditions.append(tuple_(node_t.c.session_id, node_t.c.tick, node_t.c.id) < after)
+        return conditions
+
+    def session_ids(self, *, active_since: float | None = None) -> list[int]:
+        """Every session's id, oldest first: enough to walk the store a session at a
+        time. With `active_since`, only sessions where something happened at or after it
+        (a block added or changed, a label given or retracted, a decision made)."""
+        stmt = select(session_t.c.id).order_by(session_t.c.id)
+        if active_since is not None:
+            since = active_since
+            touched = union(
+                select(node_t.c.session_id).where(node_t.c.updated_at >= since),
+                select(node_t.c.session_id)
+                .join(label_t, label_t.c.node_id == node_t.c.id)
+                .where(or_(label_t.c.created_at >= since, label_t.c.retracted_at >= since)),
+                select(node_t.c.session_id)
+                .join(decision_t, decision_t.c.node_id == node_t.c.id)
+                .where(decision_t.c.created_at >= since),
+            )
+            stmt = stmt.where(session_t.c.id.in_(touched))
+        with self._read() as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def sessions_by_id(self, session_ids: Iterable[int]) -> dict[int, d.Session]:
+        """The named sessions (those that exist) in one query."""
+        wanted = sorted(set(session_ids))
+        if not wanted:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(select(*cv.SESSION_COLUMNS).where(session_t.c.id.in_(wanted))).all()
+        return {s.id: s for s in map(cv.to_session, rows)}
+
+    def session_decisions(self, session_id: int) -> list[d.Decision]:
+        """Every decision on a session's blocks, oldest first, in one query."""
+        stmt = (
+            select(*cv.DECISION_COLUMNS)
+            .join(node_t, node_t.c.id == decision_t.c.node_id)
+            .where(node_t.c.session_id == session_id)
+            .order_by(decision_t.c.id)
+        )
+        with self._read() as conn:
+            return [cv.to_decision(r) for r in conn.execute(stmt)]
+
+    def decisions_for(self, node_ids: Iterable[int]) -> list[d.Decision]:
+        """The decisions on any of `node_ids` (a page's worth), oldest first."""
+        wanted = sorted(set(node_ids))
+        if not wanted:
+            return []
+        stmt = (
+            select(*cv.DECISION_COLUMNS)
+            .where(decision_t.c.node_id.in_(wanted))
+            .order_by(decision_t.c.id)
+        )
+        with self._read() as conn:
+            return [cv.to_decision(r) for r in conn.execute(stmt)]
+
+    def evaluations_for(self, node_ids: Iterable[int]) -> list[d.EvaluationResult]:
+        """The evaluation results recorded on any of `node_ids` (a page's worth)."""
+        wanted = sorted(set(node_ids))
+        if not wanted:
+            return []
+        stmt = (
+            select(*cv.EVALUATION_COLUMNS)
+            .where(evaluation_t.c.node_id.in_(wanted))
+            .order_by(evaluation_t.c.id)
+        )
+        with self._read() as conn:
+            return [cv.to_evaluation(r) for r in conn.execute(stmt)]
+
+    def tick_nodes(
+        self, session_id: int, ticks: Iterable[int], *, after_id: int = 0
+    ) -> list[d.Node]:
+        """The blocks of some ticks of a session, in id order. `after_id` skips what is
+        older (a block's descendants always have larger ids), so a long session is not
+        scanned from its start for its last ticks."""
+        wanted = sorted(set(ticks))
+        if not wanted:
+            return []
+        stmt = (
+            select(*cv.NODE_LIGHT_COLUMNS)
+            .where(
+                node_t.c.session_id == session_id,
+                node_t.c.id > after_id,
+                node_t.c.tick.in_(wanted),
+            )
+            .order_by(node_t.c.id)
+        )
+        with self._read() as conn:
+            return [cv.to_node(r) for r in conn.execute(stmt)]
+
+    def session_evaluation_marks(self, session_id: int) -> dict[int, bool]:
+        """Per block of a session that has evaluation callbacks: whether any of them
+        failed or raised (True) or all passed (False). One query, for the tree's marks."""
+        failed = func.max(
+            case(
+                (or_(evaluation_t.c.passed.is_(False), evaluation_t.c.error.is_not(None)), 1),
+                else_=0,
+            )
+        )
+        stmt = (
+            select(evaluation_t.c.node_id, failed)
+            .join(node_t, node_t.c.id == evaluation_t.c.node_id)
+            .where(
+                node_t.c.session_id == session_id,
+                evaluation_t.c.kind == d.EvaluationKind.CALLBACK.value,
+            )
+            .group_by(evaluation_t.c.node_id)
+        )
+        with self._read() as conn:
+            return {node_id: bool(bad) for node_id, bad in conn.execute(stmt)}
+
+    def tree_outline(self, session_id: int) -> list[NodeOutline]:
+        """Every node of a session as its place in the tree and its verdict fields, in id
+        order: no text, scores or metadata (their JSON decoding is most of a `tree` load),
+        so the training rules can recount a large session after every label."""
+        columns = [getattr(node_t.c, name) for name in NodeOutline._fields]
+        stmt = select(*columns).where(node_t.c.session_id == session_id).order_by(node_t.c.id)
+        authors = {a.value: a for a in d.Author}
+        statuses = {s.value: s for s in d.NodeStatus}
+        with self._read() as conn:
+            return [
+                NodeOutline(
+                    i, sid, parent, tick, kind, authors[a], statuses[st], orig, made, changed
+                )
+                for i, sid, parent, tick, kind, a, st, orig, made, changed in conn.execute(stmt)
+            ]
+
+
+class NodeOutline(NamedTuple):
+    """A node without its text, scores, tokens or metadata (see `tree_outline`)."""
+
+    id: int
+    session_id: int
+    parent_id: int | None
+    tick: int
+    kind: str
+    author: d.Author
+    status: d.NodeStatus
+    edited_from_id: int | None
+    created_at: float
+    updated_at: float

@@ -1,0 +1,570 @@
+"""The main screen: the trace tree, the selected block and its candidates, the inspector,
+the chat with the agent, and the status bar; the live session is driven from here.
+
+Store reads run in thread workers; a live session's runtime runs in a thread worker and
+reports through `LiveSession`'s queue, drained on a timer into batched tree updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Input, Tree
+from textual.worker import Worker, WorkerState
+
+from app.widgets.block_view import BlockView, Candidates
+from app.widgets.chat import ChatLog
+from app.widgets.inspector import Inspector
+from app.widgets.status_bar import StatusBar
+from app.widgets.trace_tree import (
+    BlockEntry,
+    Entry,
+    SessionEntry,
+    SessionTrace,
+    TickEntry,
+    TraceTree,
+)
+from storage import (
+    EvaluationResult,
+    Label,
+    LabelValue,
+    Node,
+    Session,
+    SessionStatus,
+    TraceStore,
+)
+
+if TYPE_CHECKING:
+    from agents.approval import ApprovalRequest, Decision
+    from agents.runtime import Event, Outcome
+    from agents.tasks import Task
+    from app.console import ConsoleApp
+    from app.live import LiveSession
+
+#: How often the live session's queue is drained into the UI (seconds).
+DRAIN_EVERY = 0.05
+JOBS_EVERY = 5.0
+LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
+
+
+class MainCommands(Provider):
+    """The main screen's commands, "namespace: Verb" style."""
+
+    def _commands(self) -> list[tuple[str, str, str]]:
+        screen = self.screen
+        assert isinstance(screen, MainScreen)
+        found: list[tuple[str, str, str]] = [
+            ("session: Step one block", "step", "Let the agent write one block"),
+            ("session: Step one tick", "step_tick", "Let the agent run one tick"),
+            ("session: Run", "run", "Run until the agent needs the operator"),
+            ("session: Pause or resume", "pause", "Pause the agent at the next block"),
+            ("session: Stop", "stop", "Abort the running session"),
+            ("view: Jump to the end", "last", "Move to the last line of the tree"),
+            ("label: Open the labelling queue", "label", "Label branches one key at a time"),
+            ("label: Mark good", "label_good", "Label the selected block good"),
+            ("label: Mark bad", "label_bad", "Label the selected block bad"),
+            ("label: Undo", "undo_label", "Take back the last label given here"),
+            ("chat: Message the agent", "chat", "Focus the chat input"),
+            ("help: Keys", "help", "Every key of this screen"),
+        ]
+        commands = [c for c in found if screen.check_action(c[1], ()) is True]
+        for name in screen.task_names():
+            commands.append(
+                (f"session: New {name}", f"new_task('{name}')", f"Start the shipped task {name}")
+            )
+        return commands
+
+    async def discover(self) -> Hits:
+        for name, action, help_text in self._commands():
+            yield DiscoveryHit(name, self._runner(action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, action, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), self._runner(action), help=help_text)
+
+    def _runner(self, action: str):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            await self.screen.run_action(action)
+
+        return run
+
+
+class MainScreen(Screen[None]):
+    COMMANDS: ClassVar = {MainCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "step", "Step", id="main.step", tooltip="Let the agent write one block"),
+        Binding("S", "step_tick", "Tick", id="main.step_tick", tooltip="Let the agent run a tick"),
+        Binding("c", "run", "Run", id="main.run", tooltip="Run until the agent needs you"),
+        Binding("p", "pause", "Pause", id="main.pause", tooltip="Pause or resume the agent"),
+        Binding("x", "stop", "Stop", id="main.stop", tooltip="Abort the running session"),
+        Binding("g", "label_good", "Good", id="main.label_good", tooltip="Label the block good"),
+        Binding("b", "label_bad", "Bad", id="main.label_bad", tooltip="Label the block bad"),
+        Binding("u", "undo_label", "Undo", id="main.undo_label", tooltip="Undo the last label"),
+        Binding("l", "label", "Label", id="main.label", tooltip="Open the labelling queue"),
+        Binding("i", "chat", "Chat", id="main.chat", tooltip="Write to the agent"),
+        Binding("escape", "tree", "Tree", id="main.tree", tooltip="Back to the tree", show=False),
+        Binding("question_mark,f1", "help", "Keys", id="main.help", tooltip="Show every key"),
+    ]
+
+    def __init__(self, store: TraceStore) -> None:
+        super().__init__()
+        self.store = store
+        self.live: LiveSession | None = None
+        self.pending: list[ApprovalRequest] = []
+        self.asking: ApprovalRequest | None = None
+        self.inspected: tuple[int, int] | None = None
+        self.given: list[Label] = []
+        self._drainer: Timer | None = None
+
+    @property
+    def console(self) -> ConsoleApp:
+        from app.console import ConsoleApp
+
+        assert isinstance(self.app, ConsoleApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="panes"):
+            yield TraceTree(id="trace-tree")
+            with Vertical(id="detail"):
+                with Horizontal(id="block-row"):
+                    with VerticalScroll(id="block-pane"):
+                        yield BlockView(
+                            "Select a block in the tree to see it here.", id="block-view"
+                        )
+                    with VerticalScroll(id="candidates-pane"):
+                        yield Candidates(id="candidates")
+                with VerticalScroll(id="inspector-pane"):
+                    yield Inspector(id="inspector")
+        with Vertical(id="chat"):
+            yield ChatLog(id="chat-log")
+            yield Input(
+                placeholder="Message the agent (a new session when none runs) · Enter sends",
+                id="chat-input",
+            )
+        yield StatusBar(id="status-bar")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        tree = self.query_one(TraceTree)
+        tree.error_colour = self.app.current_theme.error or "red"
+        tree.focus()
+        self.query_one(Inspector).show_tick(None, [], [])
+        self.query_one(Candidates).show(None, [])
+        self.console.show_model_state()
+        self.load_sessions()
+        self.set_interval(JOBS_EVERY, self.load_jobs)
+        self.load_jobs()
+
+    # -- reading the store -------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sessions")
+    def load_sessions(self) -> None:
+        sessions = self.store.list_sessions(limit=1000)
+        self.app.call_from_thread(self.query_one(TraceTree).show_sessions, sessions)
+
+    @on(Tree.NodeExpanded)
+    def expand_session(self, event: Tree.NodeExpanded[Entry]) -> None:
+        entry = event.node.data
+        tree = self.query_one(TraceTree)
+        if isinstance(entry, SessionEntry) and entry.session.id not in tree.traces:
+            self.load_trace(entry.session)
+
+    @work(thread=True, exit_on_error=False, group="trace")
+    def load_trace(self, session: Session) -> None:
+        nodes = self.store.tree(session.id)
+        trace = SessionTrace(
+            session,
+            labels=self.store.session_labels(session.id),
+            evaluations=self.store.session_evaluation_marks(session.id),
+        )
+        for node in nodes:
+            trace.add(node)
+        self.app.call_from_thread(self.query_one(TraceTree).show_trace, trace)
+
+    @on(Tree.NodeHighlighted)
+    def show_entry(self, event: Tree.NodeHighlighted[Entry]) -> None:
+        self.show_selected(event.node.data)
+
+    def show_selected(self, entry: Entry) -> None:
+        tree = self.query_one(TraceTree)
+        view, candidates = self.query_one(BlockView), self.query_one(Candidates)
+        trace = tree.trace_of(entry)
+        if isinstance(entry, BlockEntry) and trace is not None:
+            node = trace.nodes.get(entry.node.id, entry.node)
+            view.show(node, trace.labels.get(node.id))
+            candidates.show(node, trace.candidates(node))
+            self.inspect(trace, node.tick)
+        elif isinstance(entry, TickEntry) and trace is not None:
+            view.update(Text(f"tick {entry.tick}: select one of its blocks", style="dim"))
+            candidates.show(None, [])
+            self.inspect(trace, entry.tick)
+        elif isinstance(entry, SessionEntry):
+            view.update(session_summary(entry.session))
+            candidates.show(None, [])
+            self.inspected = None
+            self.query_one(Inspector).show_tick(None, [], [])
+        else:
+            view.show(None)
+
+    def inspect(self, trace: SessionTrace, tick: int, *, force: bool = False) -> None:
+        key = (trace.session.id, tick)
+        if key == self.inspected and not force:
+            return
+        self.inspected = key
+        self.load_inspector(trace.session.id, tick, trace.tick_blocks(tick))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="inspector")
+    def load_inspector(self, session_id: int, tick: int, blocks: list[Node]) -> None:
+        evaluations = self.store.evaluations_for([n.id for n in blocks])
+        self.app.call_from_thread(self.show_inspector, (session_id, tick), blocks, evaluations)
+
+    def show_inspector(
+        self, key: tuple[int, int], blocks: list[Node], evaluations: list[EvaluationResult]
+    ) -> None:
+        if key == self.inspected:
+            error = self.app.current_theme.error or "red"
+            self.query_one(Inspector).show_tick(key[1], blocks, evaluations, error)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs")
+    def load_jobs(self) -> None:
+        running = self.store.list_jobs(status="running", limit=1)
+        text = (
+            f"training {running[0].kind.value} job {running[0].id} {running[0].progress:.0%}"
+            if running
+            else ""
+        )
+        self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
+
+    # -- live sessions ---------------------------------------------------------------------
+
+    def task_names(self) -> list[str]:
+        from agents.tasks import builtin_names
+
+        return builtin_names()
+
+    def action_new_task(self, name: str) -> None:
+        from agents.tasks import TaskError, load_task
+
+        try:
+            task = load_task(name)
+        except TaskError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        self.start_session(task)
+
+    def start_session(self, task: Task) -> None:
+        backend = self.console.backend
+        if self.live is not None:
+            self.notify(
+                "a session is running: stop it (x) before starting another",
+                severity="warning",
+                markup=False,
+            )
+            return
+        if backend is None:
+            self.notify(self.console.no_model_reason(), severity="warning", markup=False)
+            return
+        from agents.runtime import RunOptions
+        from app.live import LiveSession
+
+        settings = self.console.settings
+        options = RunOptions.from_settings(
+            settings,
+            max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
+        )
+        self.live = LiveSession(
+            self.store, backend, task, options, sessions_dir=settings.sessions_dir()
+        )
+        status = self.query_one(StatusBar)
+        status.policy = options.approval
+        status.session = "starting a session…"
+        status.mode = self.live.mode
+        self.run_session(self.live)
+        self._drainer = self.set_interval(DRAIN_EVERY, self.drain)
+        self.refresh_bindings()
+
+    @work(thread=True, exit_on_error=False, group="session")
+    def run_session(self, live: LiveSession) -> Outcome:
+        return live.run()
+
+    def drain(self) -> None:
+        live = self.live
+        if live is None:
+            return
+        drained = live.drain()
+        if drained.events:
+            self.apply_events(drained.events)
+        self.pending += drained.requests
+        self.ask_next()
+
+    def apply_events(self, events: Iterable[Event]) -> None:
+        tree = self.query_one(TraceTree)
+        status = self.query_one(StatusBar)
+        chat = self.query_one(ChatLog)
+        nodes: dict[int, list[Node]] = {}
+        touched: set[tuple[int, int]] = set()
+        for event in events:
+            if event.session_id and event.session_id not in tree.traces:
+                self.open_live_session(event.session_id)
+            if event.kind == "node" and event.node is not None:
+                nodes.setdefault(event.session_id, []).append(event.node)
+                touched.add((event.session_id, event.node.tick))
+            elif event.kind == "status":
+                self.session_status(event.session_id, event.data["status"])
+            elif event.kind == "message":
+                chat.say("agent", str(event.data.get("text", "")), style="green")
+            elif event.kind == "evaluation":
+                if event.data.get("kind") == "callback":
+                    failed = not event.data.get("passed") or bool(event.data.get("error"))
+                    tree.set_evaluation(event.session_id, event.data["node"], failed)
+                trace = tree.traces.get(event.session_id)
+                node = trace.nodes.get(event.data["node"]) if trace else None
+                if node is not None:
+                    touched.add((event.session_id, node.tick))
+            elif event.kind == "step":
+                status.mode = f"step: next {event.data.get('next')} (s)"
+        for session_id, batch in nodes.items():
+            tree.add_live_nodes(session_id, batch)
+        if self.inspected in touched:
+            session_id, tick = self.inspected
+            self.inspect(tree.traces[session_id], tick, force=True)
+        if nodes and tree.cursor_node is not None:
+            entry = tree.cursor_node.data
+            if isinstance(entry, BlockEntry) and entry.node.session_id in nodes:
+                self.show_selected(entry)
+
+    def open_live_session(self, session_id: int) -> None:
+        tree = self.query_one(TraceTree)
+        session = self.store.get_session(session_id)
+        node = tree.add_session(session, first=True)
+        tree.show_trace(SessionTrace(session))
+        node.expand()
+        self.query_one(StatusBar).session = f"session {session_id}"
+
+    def session_status(self, session_id: int, status: str) -> None:
+        tree = self.query_one(TraceTree)
+        trace = tree.traces.get(session_id)
+        if trace is not None:
+            tree.update_session(dataclasses.replace(trace.session, status=SessionStatus(status)))
+        self.query_one(StatusBar).session = f"session {session_id} {status}"
+
+    def ask_next(self) -> None:
+        if self.asking is not None or not self.pending:
+            return
+        from app.screens.approval import ApprovalScreen
+
+        request = self.pending.pop(0)
+        if request.future.done():
+            return
+        self.asking = request
+
+        def answered(decision: Decision | None) -> None:
+            self.asking = None
+            if decision is not None and not request.future.done():
+                request.future.set_result(decision)
+            self.ask_next()
+
+        self.app.push_screen(ApprovalScreen(request), answered)
+
+    @on(Worker.StateChanged)
+    def session_ended(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "session" or not event.worker.is_finished:
+            return
+        live = self.live
+        self.live = None
+        if self._drainer is not None:
+            self._drainer.stop()
+            self._drainer = None
+        if live is not None:
+            rest = live.drain()
+            self.apply_events(rest.events)
+        self.close_stale_approval()
+        status = self.query_one(StatusBar)
+        status.mode = ""
+        outcome = event.worker.result if event.state is WorkerState.SUCCESS else None
+        if outcome is not None:
+            status.session = f"session {outcome.session_id} {outcome.status.value}"
+            self.query_one(ChatLog).say("session", outcome.message, style="dim")
+            self.notify(
+                f"session {outcome.session_id} {outcome.status.value}: {outcome.message}",
+                severity="information" if outcome.status is SessionStatus.COMPLETED else "warning",
+                markup=False,
+                timeout=8,
+            )
+        else:
+            status.session = "session failed"
+        self.refresh_bindings()
+
+    def close_stale_approval(self) -> None:
+        """The session ended (or was stopped) while its request was on screen."""
+        from app.screens.approval import ApprovalScreen
+
+        self.pending.clear()
+        screen = self.app.screen
+        if isinstance(screen, ApprovalScreen) and self.asking is not None:
+            self.asking = None
+            screen.dismiss(None)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in LIVE_ACTIONS:
+            return self.live is not None
+        if action in ("label_good", "label_bad"):
+            return self._selected_block() is not None or None
+        if action == "undo_label":
+            return bool(self.given) or None
+        return True
+
+    def action_step(self) -> None:
+        if self.live is not None and not self.live.step("block"):
+            self.notify("step mode: s writes one block, S one tick, c runs on", markup=False)
+        self._show_mode()
+
+    def action_step_tick(self) -> None:
+        if self.live is not None and not self.live.step("tick"):
+            self.notify("step mode by tick: S runs one tick, c runs on", markup=False)
+        self._show_mode()
+
+    def action_run(self) -> None:
+        if self.live is not None:
+            self.live.run_freely()
+        self._show_mode()
+
+    def action_pause(self) -> None:
+        if self.live is not None:
+            self.live.toggle_pause()
+        self._show_mode()
+
+    def action_stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.notify("stopping the session…", markup=False)
+
+    def _show_mode(self) -> None:
+        self.query_one(StatusBar).mode = self.live.mode if self.live is not None else ""
+
+    def action_chat(self) -> None:
+        self.query_one("#chat-input", Input).focus()
+
+    def action_tree(self) -> None:
+        self.query_one(TraceTree).focus()
+
+    def action_help(self) -> None:
+        from app.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen(self))
+
+    def action_last(self) -> None:
+        self.query_one(TraceTree).action_last()
+
+    def action_label(self) -> None:
+        from app.screens.label import LabelScreen
+
+        def back(_: object = None) -> None:
+            self.reload_labels()
+
+        self.app.push_screen(LabelScreen(self.store), back)
+
+    @on(Input.Submitted, "#chat-input")
+    def send_chat(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        event.input.value = ""
+        chat = self.query_one(ChatLog)
+        if self.live is not None:
+            self.live.runtime.post_message(text)
+            chat.say("you", text, style="cyan")
+            return
+        if self.console.backend is None:
+            self.notify(self.console.no_model_reason(), severity="warning", markup=False)
+            return
+        from agents.tasks import prompt_task
+
+        chat.say("you", text, style="cyan")
+        self.start_session(prompt_task(text))
+
+    # -- labels on the main screen ---------------------------------------------------------
+
+    def _selected_block(self) -> Node | None:
+        try:
+            tree = self.query_one(TraceTree)
+        except Exception:
+            return None
+        node = tree.cursor_node
+        if node is not None and isinstance(node.data, BlockEntry):
+            return node.data.node
+        return None
+
+    def action_label_good(self) -> None:
+        self._label(LabelValue.GOOD)
+
+    def action_label_bad(self) -> None:
+        self._label(LabelValue.BAD)
+
+    def _label(self, value: LabelValue) -> None:
+        node = self._selected_block()
+        if node is not None:
+            self.write_label(node, value)
+
+    @work(thread=True, exit_on_error=False, group="labels")
+    def write_label(self, node: Node, value: LabelValue) -> None:
+        label = self.store.add_label(node.id, value)
+        labels = self.store.session_labels(node.session_id)
+        self.app.call_from_thread(self.labelled, node, label, labels)
+
+    def labelled(self, node: Node, label: Label | None, labels: dict[int, Label]) -> None:
+        if label is not None:
+            self.given.append(label)
+        self.query_one(TraceTree).set_labels(node.session_id, labels)
+        self.show_selected(self.query_one(TraceTree).cursor_node.data)  # type: ignore[union-attr]
+        self.refresh_bindings()
+
+    def action_undo_label(self) -> None:
+        if self.given:
+            self.retract(self.given.pop())
+
+    @work(thread=True, exit_on_error=False, group="labels")
+    def retract(self, label: Label) -> None:
+        self.store.retract_label(label.id)
+        node = self.store.get_node(label.node_id)
+        labels = self.store.session_labels(node.session_id)
+        self.app.call_from_thread(self.labelled, node, None, labels)
+
+    @work(thread=True, exit_on_error=False, group="labels")
+    def reload_labels(self) -> None:
+        tree = self.query_one(TraceTree)
+        for session_id in list(tree.traces):
+            labels = self.store.session_labels(session_id)
+            self.app.call_from_thread(tree.set_labels, session_id, labels)
+
+
+def session_summary(session: Session) -> Group:
+    head = Text(f"session #{session.id} · {session.status.value}", style="bold")
+    where = " · ".join(
+        part
+        for part in (
+            session.backend or "",
+            session.model or "",
+            f"adapter {session.adapter}" if session.adapter else "",
+        )
+        if part
+    )
+    return Group(head, Text(where, style="dim"), Text(""), Text(session.task.strip()[:4000]))

@@ -1,0 +1,86 @@
+"""The selected block (with Python highlighting for code), its score and the parts of
+the score, and beside it the candidates it was chosen from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from storage import Label, Node
+
+from .trace_tree import STATUS_MARKS
+
+CODE_KINDS = {"action", "debug", "expectation", "evaluation", "observation-inference", "backtrack"}
+#: A huge block is shown capped; the whole text stays in the store and the edit dialog.
+VIEW_CHARS = 20_000
+EMPTY = "Select a block in the tree to see it here."
+
+
+def capped(text: str) -> tuple[str, bool]:
+    if len(text) <= VIEW_CHARS:
+        return text, False
+    return text[:VIEW_CHARS], True
+
+
+class BlockView(Static):
+    """Header (id, kind, tick, status, author), score and parts, then the text."""
+
+    def show(self, node: Node | None, label: Label | None = None) -> None:
+        if node is None:
+            self.update(EMPTY)
+            return
+        self.update(render_block(node, label))
+
+
+def render_block(node: Node, label: Label | None) -> RenderableType:
+    head = Text(f"#{node.id} {node.kind} · tick {node.tick} · {node.status.value}", style="bold")
+    head.append(f" · by {node.author.value}", style="dim")
+    if node.edited_from_id is not None:
+        head.append(f" · edited from #{node.edited_from_id}", style="dim")
+    if node.truncated:
+        head.append(" · truncated (never closed)", style="bold")
+    if label is not None:
+        scope = " (whole path)" if label.scope.value == "path" else ""
+        head.append(f" · labelled {label.value.value}{scope}")
+        if label.note:
+            head.append(f": {label.note}", style="italic")
+    parts: list[RenderableType] = [head]
+    if node.score is not None:
+        score = Text(f"score {node.score:+.2f}", style="bold")
+        for name, value in node.score_parts.items():
+            score.append(f"   {name} {value:+.2f}", style="dim")
+        parts.append(score)
+    text, cut = capped(node.text)
+    parts.append(Text(""))
+    if node.kind in CODE_KINDS:
+        parts.append(Syntax(text, "python", word_wrap=True, theme="ansi_dark", line_numbers=False))
+    else:
+        parts.append(Text(text))
+    if cut:
+        parts.append(Text(f"[shown: the first {VIEW_CHARS:,} of {len(node.text):,} characters]"))
+    return Group(*parts)
+
+
+class Candidates(Static):
+    """The candidates a block was chosen from: status, score, first line."""
+
+    def show(self, selected: Node | None, candidates: Sequence[Node]) -> None:
+        if selected is None or len(candidates) < 2:
+            self.update(Text("no other candidates", style="dim"))
+            return
+        table = Table.grid(padding=(0, 1))
+        table.add_column(width=2)
+        table.add_column(justify="right")
+        table.add_column()
+        for node in sorted(candidates, key=lambda n: -(n.score or float("-inf"))):
+            mark = STATUS_MARKS.get(node.status, "•")
+            first = node.text.strip().splitlines()[0][:40] if node.text.strip() else "(empty)"
+            style = "reverse" if node.id == selected.id else ""
+            score = f"{node.score:+.2f}" if node.score is not None else "-"
+            table.add_row(Text(mark), Text(score), Text(first, style=style))
+        self.update(Group(Text(f"{len(candidates)} candidates", style="bold"), table))

@@ -1,0 +1,354 @@
+"""The trace tree: sessions, their ticks, the blocks of each tick, and the candidates
+that lost under the block that won.
+
+Everything is lazy, because Textual's Tree rebuilds every visible line on any change of
+shape (ENVIRONMENT.md): a session's blocks are read when it is expanded, a tick's tree
+nodes are made when the tick is expanded, and live blocks are appended in batches.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from storage import Label, LabelScope, LabelValue, Node, NodeStatus, Session, SessionStatus
+
+STATUS_MARKS = {
+    NodeStatus.APPROVED: "✔",
+    NodeStatus.EDITED: "✎",
+    NodeStatus.REJECTED: "✘",
+    NodeStatus.FAILED: "!",
+    NodeStatus.ALTERNATE: "⋯",
+}
+#: Candidates that lost: shown under the sibling that took their place.
+LOSING = (NodeStatus.ALTERNATE, NodeStatus.EDITED)
+PREVIEW = 60
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    session: Session
+
+
+@dataclass(frozen=True)
+class TickEntry:
+    session_id: int
+    tick: int
+
+
+@dataclass(frozen=True)
+class BlockEntry:
+    node: Node
+
+
+Entry = SessionEntry | TickEntry | BlockEntry | None
+TraceNode = TreeNode[Entry]
+
+
+@dataclass
+class SessionTrace:
+    """One loaded session: its blocks by tick, labels and evaluation marks."""
+
+    session: Session
+    nodes: dict[int, Node] = field(default_factory=dict)
+    ticks: dict[int, list[int]] = field(default_factory=dict)
+    labels: dict[int, Label] = field(default_factory=dict)
+    #: node id -> True when an evaluation callback on it failed, False when all passed
+    evaluations: dict[int, bool] = field(default_factory=dict)
+    tree_ticks: dict[int, TraceNode] = field(default_factory=dict)
+    tree_blocks: dict[int, TraceNode] = field(default_factory=dict)
+    #: ticks whose block nodes have been made (the others are filled on expand)
+    filled: set[int] = field(default_factory=set)
+
+    def add(self, node: Node) -> bool:
+        """Store a block; True when it is new (not a status change of a known one)."""
+        new = node.id not in self.nodes
+        self.nodes[node.id] = node
+        if new:
+            self.ticks.setdefault(node.tick, []).append(node.id)
+        return new
+
+    def tick_blocks(self, tick: int) -> list[Node]:
+        return [self.nodes[i] for i in self.ticks.get(tick, [])]
+
+    def candidates(self, node: Node) -> list[Node]:
+        """The node and its siblings of the same kind: the candidates it was chosen from."""
+        return [
+            n
+            for n in self.tick_blocks(node.tick)
+            if n.parent_id == node.parent_id and n.kind == node.kind
+        ]
+
+
+def session_label(session: Session) -> Text:
+    task = session.task.strip()
+    title = session.title or (task.splitlines()[0][:PREVIEW] if task else "(untitled)")
+    label = Text(f"#{session.id} ", style="bold")
+    label.append(title)
+    status = session.status
+    style = "bold" if status in (SessionStatus.RUNNING, SessionStatus.WAITING) else "dim"
+    label.append(f"  {status.value}", style=style)
+    return label
+
+
+def block_label(node: Node, label: Label | None, evaluation: bool | None, error: str) -> Text:
+    text = Text()
+    if label is not None:
+        good = label.value is LabelValue.GOOD
+        sign = ("+" if good else "-") + ("*" if label.scope is LabelScope.PATH else "")
+        text.append(f"{sign} ", style="bold green" if good else f"bold {error}")
+    mark = STATUS_MARKS.get(node.status)
+    if mark:
+        text.append(f"{mark} ", style=error if node.status is NodeStatus.FAILED else "dim")
+    losing = node.status in LOSING
+    text.append(node.kind, style="dim" if losing else "bold" if node.kind == "action" else "")
+    if evaluation is not None:
+        text.append(" ✗" if evaluation else " ✓", style=error if evaluation else "green")
+    if node.score is not None:
+        text.append(f" {node.score:+.1f}", style="dim")
+    first = node.text.strip().splitlines()[0][:PREVIEW] if node.text.strip() else ""
+    if first:
+        text.append(f"  {first}", style=f"dim {error}" if evaluation else "dim")
+    return text
+
+
+class TraceTree(Tree[Entry]):
+    """Sessions > ticks > blocks, with alternates under the block they lost to."""
+
+    BINDINGS = [
+        Binding("home", "first", "First", id="tree.home", tooltip="Move to the first line"),
+        Binding("end", "last", "Last", id="tree.end", tooltip="Jump to the last line"),
+    ]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("sessions", id=id)
+        self.show_root = False
+        self.traces: dict[int, SessionTrace] = {}
+        self.session_nodes: dict[int, TraceNode] = {}
+        self.error_colour = "red"
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def show_sessions(self, sessions: Sequence[Session]) -> None:
+        self.clear()
+        self.traces.clear()
+        self.session_nodes.clear()
+        if not sessions:
+            self.root.add_leaf(Text("no sessions yet", style="dim"), data=None)
+        for session in sessions:
+            self.add_session(session)
+        self.cursor_line = 0
+
+    def add_session(self, session: Session, *, first: bool = False) -> TraceNode:
+        """A session line; `first` puts a new one at the top (newest first)."""
+        if session.id in self.session_nodes:
+            self.update_session(session)
+            return self.session_nodes[session.id]
+        if not self.session_nodes:
+            self.root.remove_children()  # the "no sessions yet" line
+        children = self.root.children
+        before = children[0] if first and children else None
+        node = self.root.add(
+            session_label(session), data=SessionEntry(session), before=before, allow_expand=True
+        )
+        self.session_nodes[session.id] = node
+        return node
+
+    def update_session(self, session: Session) -> None:
+        node = self.session_nodes.get(session.id)
+        if node is not None:
+            node.data = SessionEntry(session)
+            node.set_label(session_label(session))
+        if session.id in self.traces:
+            self.traces[session.id].session = session
+
+    def show_trace(self, trace: SessionTrace) -> None:
+        """A session's blocks are loaded: make its tick lines (blocks wait for expansion)."""
+        self.traces[trace.session.id] = trace
+        node = self.session_nodes.get(trace.session.id)
+        if node is None:
+            return
+        node.remove_children()
+        trace.tree_ticks.clear()
+        trace.tree_blocks.clear()
+        trace.filled.clear()
+        if not trace.ticks:
+            node.add_leaf(Text("no blocks yet", style="dim"), data=None)
+        for tick in sorted(trace.ticks):
+            self._add_tick(trace, tick)
+        if trace.ticks:
+            last = trace.tree_ticks[max(trace.ticks)]
+            self.fill_tick(trace, max(trace.ticks))
+            last.expand()
+        # A big trace leaves many long-lived objects: keep full collections off them.
+        if len(trace.nodes) > 5000:
+            gc.collect()
+            gc.freeze()
+
+    # -- ticks and blocks ----------------------------------------------------------------
+
+    def _add_tick(self, trace: SessionTrace, tick: int) -> TraceNode:
+        session_node = self.session_nodes[trace.session.id]
+        if not trace.tree_ticks and session_node.children:
+            session_node.remove_children()  # "no blocks yet"
+        node = session_node.add(
+            self.tick_label(trace, tick), data=TickEntry(trace.session.id, tick), allow_expand=True
+        )
+        trace.tree_ticks[tick] = node
+        return node
+
+    def tick_label(self, trace: SessionTrace, tick: int) -> Text:
+        blocks = trace.tick_blocks(tick)
+        label = Text(f"tick {tick}", style="bold")
+        main = [n for n in blocks if n.status not in LOSING]
+        actions = [n for n in main if n.kind == "action"]
+        for action in actions:
+            label.append(f" {STATUS_MARKS.get(action.status, '·')}", style="dim")
+        marks = [trace.evaluations[n.id] for n in blocks if n.id in trace.evaluations]
+        if marks:
+            failed = sum(marks)
+            style = self.error_colour if failed else "green"
+            label.append(f"  {len(marks) - failed}/{len(marks)} evaluations passed", style=style)
+        labelled = [trace.labels[n.id] for n in blocks if n.id in trace.labels]
+        if labelled:
+            good = sum(1 for lab in labelled if lab.value is LabelValue.GOOD)
+            label.append(f"  +{good} -{len(labelled) - good}", style="dim")
+        label.append(f"  {len(blocks)} blocks", style="dim")
+        return label
+
+    def fill_tick(self, trace: SessionTrace, tick: int) -> None:
+        """Make the block lines of a tick (on first expansion, or again after a change
+        that moves blocks around, such as an alternate picked)."""
+        tick_node = trace.tree_ticks[tick]
+        for block in trace.tick_blocks(tick):
+            trace.tree_blocks.pop(block.id, None)
+        tick_node.remove_children()
+        trace.filled.add(tick)
+        blocks = trace.tick_blocks(tick)
+        hosts: dict[tuple[int | None, str], TraceNode] = {}
+        for node in blocks:
+            if node.status in LOSING:
+                continue
+            tree_node = tick_node.add(self.block_text(trace, node), data=BlockEntry(node))
+            tree_node.allow_expand = False
+            trace.tree_blocks[node.id] = tree_node
+            hosts.setdefault((node.parent_id, node.kind), tree_node)
+        for node in blocks:
+            if node.status not in LOSING:
+                continue
+            host = hosts.get((node.parent_id, node.kind), tick_node)
+            host.allow_expand = True
+            trace.tree_blocks[node.id] = host.add_leaf(
+                self.block_text(trace, node), data=BlockEntry(node)
+            )
+
+    def block_text(self, trace: SessionTrace, node: Node) -> Text:
+        return block_label(
+            node, trace.labels.get(node.id), trace.evaluations.get(node.id), self.error_colour
+        )
+
+    def refresh_block(self, trace: SessionTrace, node_id: int) -> None:
+        node = trace.nodes.get(node_id)
+        tree_node = trace.tree_blocks.get(node_id)
+        if node is not None and tree_node is not None:
+            tree_node.data = BlockEntry(node)
+            tree_node.set_label(self.block_text(trace, node))
+        if node is not None and node.tick in trace.tree_ticks:
+            trace.tree_ticks[node.tick].set_label(self.tick_label(trace, node.tick))
+
+    # -- live ------------------------------------------------------------------------------
+
+    def add_live_nodes(self, session_id: int, nodes: Sequence[Node]) -> None:
+        """Blocks made (or changed) by a running agent, in one batch. A session that was
+        never expanded just keeps its line; its blocks are read when it is opened."""
+        trace = self.traces.get(session_id)
+        if trace is None:
+            return
+        regroup: set[int] = set()
+        appended: dict[int, list[Node]] = {}
+        for node in nodes:
+            old = trace.nodes.get(node.id)
+            new = trace.add(node)
+            if node.tick not in trace.tree_ticks:
+                self._add_tick(trace, node.tick)
+            if node.tick not in trace.filled:
+                continue
+            if new and node.status not in LOSING:
+                appended.setdefault(node.tick, []).append(node)
+            elif new or (old is not None and (old.status in LOSING) != (node.status in LOSING)):
+                regroup.add(node.tick)
+            else:
+                self.refresh_block(trace, node.id)
+        for tick, added in appended.items():
+            if tick in regroup:
+                continue
+            tick_node = trace.tree_ticks[tick]
+            for node in added:
+                tree_node = tick_node.add(self.block_text(trace, node), data=BlockEntry(node))
+                tree_node.allow_expand = False
+                trace.tree_blocks[node.id] = tree_node
+        cursor = self.cursor_node
+        for tick in regroup:
+            self.fill_tick(trace, tick)
+        for tick in {n.tick for n in nodes}:
+            trace.tree_ticks[tick].set_label(self.tick_label(trace, tick))
+        if regroup and cursor is not None and isinstance(cursor.data, BlockEntry):
+            moved = trace.tree_blocks.get(cursor.data.node.id)
+            if moved is not None and moved is not cursor:
+                self.move_cursor(moved, animate=False)
+
+    def set_labels(self, session_id: int, labels: dict[int, Label]) -> None:
+        """The session's labels changed (labelled here or on the labelling screen)."""
+        trace = self.traces.get(session_id)
+        if trace is None:
+            return
+        changed = set(trace.labels) ^ set(labels) | {
+            i for i in labels if trace.labels.get(i) != labels[i]
+        }
+        trace.labels = labels
+        for node_id in changed:
+            self.refresh_block(trace, node_id)
+
+    def set_evaluation(self, session_id: int, node_id: int, failed: bool) -> None:
+        trace = self.traces.get(session_id)
+        if trace is None:
+            return
+        trace.evaluations[node_id] = trace.evaluations.get(node_id, False) or failed
+        self.refresh_block(trace, node_id)
+
+    def find_block(self, node_id: int) -> TraceNode | None:
+        for trace in self.traces.values():
+            if node_id in trace.tree_blocks:
+                return trace.tree_blocks[node_id]
+        return None
+
+    def trace_of(self, entry: Entry) -> SessionTrace | None:
+        if isinstance(entry, SessionEntry):
+            return self.traces.get(entry.session.id)
+        if isinstance(entry, TickEntry):
+            return self.traces.get(entry.session_id)
+        if isinstance(entry, BlockEntry):
+            return self.traces.get(entry.node.session_id)
+        return None
+
+    def _on_tree_node_expanded(self, event: Tree.NodeExpanded[Entry]) -> None:
+        entry = event.node.data
+        if isinstance(entry, TickEntry):
+            trace = self.traces.get(entry.session_id)
+            if trace is not None and entry.tick not in trace.filled:
+                self.fill_tick(trace, entry.tick)
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def action_first(self) -> None:
+        self.move_cursor_to_line(0, animate=False)
+
+    def action_last(self) -> None:
+        # No animation: Tree's own end key scrolls smoothly for ~230 ms at any size.
+        self.move_cursor_to_line(max(self.last_line, 0), animate=False)
