@@ -25,6 +25,7 @@ lint: $(STAMP)
 bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/tui.py
 	$(BIN)/python bench/backends.py
 
 install: $(STAMP)
