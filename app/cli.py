@@ -111,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
         "what is wrong",
         description="Check what agent-console needs and explain each problem in one line.",
     )
+    label = commands.add_parser(
+        "label",
+        help="label the trace tree's unlabelled branches good or bad, newest first",
+        description="Open the console on the label queue: every action nobody has labelled "
+        "yet, newest first. g good, b bad, s skip, u undo, enter takes the suggestion.",
+    )
+    label.add_argument(
+        "--session", type=int, metavar="ID", help="only this session's branches (default: all)"
+    )
     return parser
 
 
@@ -126,7 +135,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--task",
         metavar="NAME|FILE",
         help="a shipped task's name (vigenere, fix_failing_test, csv_summary) or a task file "
-        "(.toml or .py)",
+        "(.toml or .py); without --query the console starts it once the model is loaded",
     )
     session.add_argument(
         "--resume", type=int, metavar="ID", help="continue stored session ID from its tree"
@@ -253,14 +262,25 @@ def run(argv: Sequence[str] | None) -> int:
         from app.doctor import run_doctor
 
         return run_doctor(settings)
+    if args.command == "label":
+        return run_label(args, settings)
     if args.query is not None or args.resume is not None:
         from app.headless import run_query
 
         return run_query(args, settings)
-    for flag in ("json", "task", "unsafe_no_sandbox"):
+    for flag in ("json", "unsafe_no_sandbox"):
         if getattr(args, flag):
             name = "--" + flag.replace("_", "-")
             return fail(f"{name} goes with --query (a headless session)", exit_codes.USAGE)
+
+    task = None
+    if args.task:
+        from agents.tasks import TaskError, load_task
+
+        try:
+            task = load_task(args.task)
+        except TaskError as exc:
+            return fail(str(exc), exit_codes.USAGE)
 
     from storage import StoreError, TraceStore
 
@@ -272,7 +292,34 @@ def run(argv: Sequence[str] | None) -> int:
     from app.console import ConsoleApp
 
     with store:
-        ConsoleApp(store=store, settings=settings).run()
+        ConsoleApp(store=store, settings=settings, task=task).run()
+    return exit_codes.OK
+
+
+def run_label(args: argparse.Namespace, settings: Settings) -> int:
+    for flag in ("query", "resume", "json", "task", "unsafe_no_sandbox"):
+        if getattr(args, flag, None):
+            name = "--" + flag.replace("_", "-")
+            return fail(f"{name} does not go with `label` (it runs no session)", exit_codes.USAGE)
+
+    from storage import NotFoundError, StoreError, TraceStore
+
+    try:
+        store = TraceStore(settings.database())
+    except StoreError as exc:
+        return fail(str(exc), exit_codes.STORE)
+    with store:
+        if args.session is not None:
+            try:
+                store.get_session(args.session)
+            except NotFoundError:
+                return fail(
+                    f"--session {args.session}: no such session in {store.where}",
+                    exit_codes.USAGE,
+                )
+        from app.console import ConsoleApp
+
+        ConsoleApp(store=store, settings=settings, start="label", label_session=args.session).run()
     return exit_codes.OK
 
 

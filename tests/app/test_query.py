@@ -170,6 +170,7 @@ def test_interrupt_marks_the_session_aborted(tmp_path: Path, tiny_model_dir: Pat
         (("--query", ""), "--query needs the task"),
         (("--query", "x", "--task", "no-such-task"), "no-such-task"),
         (("--json",), "--json goes with --query"),
+        (("--task", "no-such-task"), "no-such-task"),
         (("--query", "x", "--approval", "sometimes"), "invalid choice"),
         (("--query", "x", "--candidates", "0"), "candidates"),
     ],
