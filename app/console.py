@@ -7,6 +7,7 @@ screens that are not shown yet are imported when they are first needed.
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
@@ -79,6 +80,12 @@ class ConsoleApp(App[None]):
         screen = self.screen_stack[0]
         assert isinstance(screen, MainScreen)
         return screen
+
+    def on_ready(self) -> None:
+        """The first frame is up: the collector (off during start-up, see app.cli) comes
+        back, with everything loaded so far out of its way."""
+        gc.freeze()
+        gc.enable()
 
     def on_mount(self) -> None:
         self.apply_theme()

@@ -230,6 +230,8 @@ class ApprovalScreen(ModalScreen[Decision]):
         return options
 
     def on_mount(self) -> None:
+        if not self.is_current:
+            return  # dismissed before it mounted: the session ended while it was pushed
         candidates = self.query_one("#approval-candidates", OptionList)
         candidates.highlighted = 0
         candidates.focus()

@@ -29,6 +29,10 @@ STATUS_MARKS = {
 #: Candidates that lost: shown under the sibling that took their place.
 LOSING = (NodeStatus.ALTERNATE, NodeStatus.EDITED)
 PREVIEW = 60
+#: A session with more ticks than this shows them in groups of TICK_GROUP, each filled
+#: when opened: a change of shape redraws every visible line, so they must stay few.
+GROUP_OVER = 200
+TICK_GROUP = 100
 
 
 @dataclass(frozen=True)
@@ -43,11 +47,17 @@ class TickEntry:
 
 
 @dataclass(frozen=True)
+class TickGroupEntry:
+    session_id: int
+    group: int
+
+
+@dataclass(frozen=True)
 class BlockEntry:
     node: Node
 
 
-Entry = SessionEntry | TickEntry | BlockEntry | None
+Entry = SessionEntry | TickGroupEntry | TickEntry | BlockEntry | None
 TraceNode = TreeNode[Entry]
 
 
@@ -62,6 +72,10 @@ class SessionTrace:
     #: node id -> True when an evaluation callback on it failed, False when all passed
     evaluations: dict[int, bool] = field(default_factory=dict)
     tree_ticks: dict[int, TraceNode] = field(default_factory=dict)
+    tree_groups: dict[int, TraceNode] = field(default_factory=dict)
+    grouped: bool = False
+    #: tick groups whose tick lines have been made
+    filled_groups: set[int] = field(default_factory=set)
     tree_blocks: dict[int, TraceNode] = field(default_factory=dict)
     #: ticks whose block nodes have been made (the others are filled on expand)
     filled: set[int] = field(default_factory=set)
@@ -177,11 +191,21 @@ class TraceTree(Tree[Entry]):
         node.remove_children()
         trace.tree_ticks.clear()
         trace.tree_blocks.clear()
+        trace.tree_groups.clear()
         trace.filled.clear()
+        trace.filled_groups.clear()
+        trace.grouped = len(trace.ticks) > GROUP_OVER
         if not trace.ticks:
             node.add_leaf(Text("no blocks yet", style="dim"), data=None)
-        for tick in sorted(trace.ticks):
-            self._add_tick(trace, tick)
+        if trace.grouped:
+            for group in sorted({tick // TICK_GROUP for tick in trace.ticks}):
+                self._add_group(trace, group)
+            last_group = max(trace.ticks) // TICK_GROUP
+            self.fill_group(trace, last_group)
+            trace.tree_groups[last_group].expand()
+        else:
+            for tick in sorted(trace.ticks):
+                self._add_tick(trace, tick)
         if trace.ticks:
             last = trace.tree_ticks[max(trace.ticks)]
             self.fill_tick(trace, max(trace.ticks))
@@ -193,11 +217,37 @@ class TraceTree(Tree[Entry]):
 
     # -- ticks and blocks ----------------------------------------------------------------
 
-    def _add_tick(self, trace: SessionTrace, tick: int) -> TraceNode:
+    def _add_group(self, trace: SessionTrace, group: int) -> TraceNode:
+        first = group * TICK_GROUP
+        label = Text(f"ticks {first} to {first + TICK_GROUP - 1}", style="bold")
+        node = self.session_nodes[trace.session.id].add(
+            label, data=TickGroupEntry(trace.session.id, group), allow_expand=True
+        )
+        trace.tree_groups[group] = node
+        return node
+
+    def fill_group(self, trace: SessionTrace, group: int) -> None:
+        trace.filled_groups.add(group)
+        for tick in sorted(t for t in trace.ticks if t // TICK_GROUP == group):
+            if tick not in trace.tree_ticks:
+                self._add_tick(trace, tick)
+
+    def _add_tick(self, trace: SessionTrace, tick: int) -> TraceNode | None:
+        """The tick's line, under its session or its group; None while its group is
+        closed and unfilled (the line is made when the group is opened)."""
         session_node = self.session_nodes[trace.session.id]
-        if not trace.tree_ticks and session_node.children:
-            session_node.remove_children()  # "no blocks yet"
-        node = session_node.add(
+        if trace.grouped:
+            group = tick // TICK_GROUP
+            if group not in trace.tree_groups:
+                self._add_group(trace, group)
+            if group not in trace.filled_groups:
+                return None
+            parent = trace.tree_groups[group]
+        else:
+            if not trace.tree_ticks and session_node.children:
+                session_node.remove_children()  # "no blocks yet"
+            parent = session_node
+        node = parent.add(
             self.tick_label(trace, tick), data=TickEntry(trace.session.id, tick), allow_expand=True
         )
         trace.tree_ticks[tick] = node
@@ -276,7 +326,13 @@ class TraceTree(Tree[Entry]):
             old = trace.nodes.get(node.id)
             new = trace.add(node)
             if node.tick not in trace.tree_ticks:
-                self._add_tick(trace, node.tick)
+                made = self._add_tick(trace, node.tick)
+                if made is None:
+                    continue
+                if node.tick == max(trace.ticks):
+                    # the agent moved on: its new tick opens, so its blocks show as they come
+                    trace.filled.add(node.tick)
+                    made.expand()
             if node.tick not in trace.filled:
                 continue
             if new and node.status not in LOSING:
@@ -297,11 +353,17 @@ class TraceTree(Tree[Entry]):
         for tick in regroup:
             self.fill_tick(trace, tick)
         for tick in {n.tick for n in nodes}:
-            trace.tree_ticks[tick].set_label(self.tick_label(trace, tick))
+            if tick in trace.tree_ticks:
+                trace.tree_ticks[tick].set_label(self.tick_label(trace, tick))
         if regroup and cursor is not None and isinstance(cursor.data, BlockEntry):
             moved = trace.tree_blocks.get(cursor.data.node.id)
             if moved is not None and moved is not cursor:
-                self.move_cursor(moved, animate=False)
+                if moved.parent is not None and not moved.parent.is_expanded:
+                    moved.parent.expand()  # the cursor was on a loser its host folded away
+                # A node just made has line -1 until the lines are rebuilt (reading
+                # last_line rebuilds them); moving there first would land on line 0.
+                if self.last_line >= 0:
+                    self.move_cursor(moved, animate=False)
 
     def set_labels(self, session_id: int, labels: dict[int, Label]) -> None:
         """The session's labels changed (labelled here or on the labelling screen)."""
@@ -331,7 +393,7 @@ class TraceTree(Tree[Entry]):
     def trace_of(self, entry: Entry) -> SessionTrace | None:
         if isinstance(entry, SessionEntry):
             return self.traces.get(entry.session.id)
-        if isinstance(entry, TickEntry):
+        if isinstance(entry, TickEntry | TickGroupEntry):
             return self.traces.get(entry.session_id)
         if isinstance(entry, BlockEntry):
             return self.traces.get(entry.node.session_id)
@@ -343,6 +405,10 @@ class TraceTree(Tree[Entry]):
             trace = self.traces.get(entry.session_id)
             if trace is not None and entry.tick not in trace.filled:
                 self.fill_tick(trace, entry.tick)
+        elif isinstance(entry, TickGroupEntry):
+            trace = self.traces.get(entry.session_id)
+            if trace is not None and entry.group not in trace.filled_groups:
+                self.fill_group(trace, entry.group)
 
     # -- keys ------------------------------------------------------------------------------
 

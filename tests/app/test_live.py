@@ -1,0 +1,264 @@
+"""Live sessions in the console, for real: the tiny model in process, the sandbox, the
+approval modal driven by keys, and every verdict checked in the store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.notifications import Notify
+from textual.pilot import Pilot
+from textual.widgets import Input, TextArea
+
+from agents.settings import Settings
+from agents.tasks import Task
+from app.console import ConsoleApp
+from app.screens.approval import ApprovalScreen
+from app.widgets.chat import ChatLog
+from app.widgets.status_bar import StatusBar
+from app.widgets.trace_tree import TraceTree
+from storage import Author, NodeStatus, SessionStatus, TraceStore, Verdict
+
+pytestmark = pytest.mark.timeout(300)
+SIZE = (140, 44)
+
+CHECKS = """
+def check_answer(subagent):
+    try:
+        return subagent.read_file("answer.txt").strip() == "42"
+    except FileNotFoundError:
+        return False
+self.add_evaluation("check_answer", check_answer)
+"""
+
+TASK = Task(
+    name="answer",
+    title="Write the answer",
+    prompt="Read question.txt and write the answer to answer.txt.",
+    files={"question.txt": "What is six times seven?\n"},
+    checks=CHECKS,
+    check_names=("check_answer",),
+    source="test",
+)
+
+SOLVE = """def solve(subagent):
+    subagent.write_file("answer.txt", "42\\n")
+    subagent.tell_operator("I wrote 42 to answer.txt")
+    return "written"
+self.add_action("Write the answer", solve)"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[TraceStore]:
+    with TraceStore(tmp_path / "traces.db") as opened:
+        yield opened
+
+
+def settings(model: Path, **changes: object) -> Settings:
+    values: dict[str, object] = {
+        "backend": "transformers",
+        "model": str(model),
+        "approval": "ask",
+        "candidates": 3,
+        "escalation": (),
+        "block_tokens": 40,
+        "temperature": 1.0,
+        "max_ticks": 1,
+        "action_timeout": 10.0,
+    }
+    values.update(changes)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        if time.monotonic() > deadline:
+            app = pilot.app
+            assert isinstance(app, ConsoleApp)
+            status = app.main.query_one(StatusBar)
+            raise AssertionError(
+                f"timed out waiting for {what}: screen {type(app.screen).__name__}, "
+                f"session {status.session!r}, mode {status.mode!r}, backend {status.backend!r}"
+            )
+        await pilot.pause(0.05)
+
+
+def asking(app: ConsoleApp) -> bool:
+    return isinstance(app.screen, ApprovalScreen)
+
+
+async def type_text(pilot: Pilot[None], text: str) -> None:
+    await pilot.press(*["space" if c == " " else c for c in text])
+
+
+def chat_lines(app: ConsoleApp) -> list[str]:
+    return [line.text for line in app.main.query_one(ChatLog).lines]
+
+
+async def test_reject_then_edit_through_the_modal_are_stored(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    notes: list[str] = []
+
+    def hook(message: object) -> None:
+        if isinstance(message, Notify):
+            notes.append(message.notification.message)
+
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir), task=TASK)
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await until(pilot, lambda: asking(app), "the first approval request")
+        first = app.screen
+        assert isinstance(first, ApprovalScreen)
+        rejected = first.request.action
+        await pilot.press("r")
+        await type_text(pilot, "too risky")
+        await pilot.press("enter")
+        await until(pilot, lambda: asking(app) and app.screen is not first, "the second request")
+
+        second = app.screen
+        assert isinstance(second, ApprovalScreen)
+        original = second.request.action
+        await pilot.press("e")
+        await pilot.pause()
+        editor = second.query_one(TextArea)
+        editor.text = "def broken(:\n    pass"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.screen is second  # refused: still asking
+        assert any(n.startswith("line 1") for n in notes), notes
+        editor.text = SOLVE
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.main.live is None, "the session to end")
+        await pilot.pause()
+
+        session_id = rejected.session_id
+        assert store.get_session(session_id).status is SessionStatus.COMPLETED
+        (reject,) = store.decisions(rejected.id)
+        assert reject.verdict is Verdict.REJECT and reject.reason == "too risky"
+        assert store.get_node(rejected.id).status is NodeStatus.REJECTED
+        (edit,) = store.decisions(original.id)
+        assert edit.verdict is Verdict.EDIT
+        assert edit.result_node_id is not None
+        operator = store.get_node(edit.result_node_id)
+        assert operator.author is Author.OPERATOR
+        assert operator.edited_from_id == original.id
+        assert operator.text == SOLVE
+        assert operator.status is NodeStatus.EXECUTED
+        assert store.get_node(original.id).status is NodeStatus.EDITED
+
+        # the agent's tell_operator reached the chat; the tree shows the marks
+        assert any("agent: I wrote 42 to answer.txt" in line for line in chat_lines(app))
+        tree = app.main.query_one(TraceTree)
+        trace = tree.traces[session_id]
+        assert trace.nodes[operator.id].status is NodeStatus.EXECUTED
+        labels = {n.id: tree.block_text(trace, n).plain for n in trace.nodes.values()}
+        assert labels[rejected.id].startswith("✘ action")
+        assert labels[original.id].startswith("✎ action")
+        assert "completed" in str(app.main.query_one(StatusBar).session)
+
+
+async def test_picking_an_alternate_with_a_digit(store: TraceStore, tiny_model_dir: Path) -> None:
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir), task=TASK)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: asking(app), "an approval request")
+        screen = app.screen
+        assert isinstance(screen, ApprovalScreen)
+        replaced = screen.request.action
+        picked = screen.request.alternates[0]
+        await pilot.press("1")
+        await until(pilot, lambda: bool(store.decisions(replaced.id)), "the verdict")
+        (pick,) = store.decisions(replaced.id)
+        assert pick.verdict is Verdict.PICK_ALTERNATE
+        assert pick.result_node_id == picked.id
+        await until(
+            pilot,
+            lambda: store.get_node(picked.id).status in (NodeStatus.EXECUTED, NodeStatus.FAILED),
+            "the picked alternate to run",
+        )
+        assert store.get_node(replaced.id).status is NodeStatus.ALTERNATE
+        app.main.action_stop()
+        await until(pilot, lambda: app.main.live is None, "the stop")
+
+
+async def test_step_mode_and_chat_in_a_session_started_from_the_chat(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir, max_ticks=2, approval="auto"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.backend is not None, "the model to load")
+        # no live session: the live keys do nothing and are not offered
+        assert app.main.check_action("step", ()) is False
+        tree = app.main.query_one(TraceTree)
+        chat = app.main.query_one("#chat-input", Input)
+        chat.focus()
+        await pilot.pause()
+        await type_text(pilot, "Write 42 to answer.txt")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.main.live is not None, "a session to start")
+        live = app.main.live
+        assert live is not None
+        assert chat_lines(app)[0] == "you: Write 42 to answer.txt"
+        tree.focus()
+        await pilot.pause()
+
+        # step mode: the agent stops at the next block and makes one block per press
+        await pilot.press("s")
+        status = app.main.query_one(StatusBar)
+        await until(pilot, lambda: status.mode.startswith("step: next"), "the agent to wait")
+        session_id = live.session_id
+        assert store.get_session(session_id).task == "Write 42 to answer.txt"
+
+        def count() -> int:
+            return store.count_nodes(session_id)
+
+        before = count()
+        await pilot.pause(0.5)
+        assert count() == before  # waiting, not writing
+        await pilot.press("s")
+        await until(pilot, lambda: count() > before, "one block")
+        await until(pilot, lambda: status.mode.startswith("step: next"), "the next wait")
+        after_one = count()
+        await pilot.pause(0.5)
+        assert count() == after_one
+
+        # a chat message while it waits: shown, and in the trace at the next tick boundary
+        chat.focus()
+        await pilot.pause()
+        await type_text(pilot, "careful with answer.txt")
+        await pilot.press("enter")
+        assert chat_lines(app)[-1] == "you: careful with answer.txt"
+        # pause holds it even when stepping is switched off; p again lets it go
+        tree.focus()
+        await pilot.pause()
+        await pilot.press("p")
+        assert status.mode == "paused"
+        await pilot.press("c")
+        assert status.mode == "run"
+
+        await until(pilot, lambda: app.main.live is None, "the session to end")
+        told = [
+            n
+            for n in store.tree(session_id)
+            if n.kind == "observation" and n.meta.get("title") == "Operator"
+        ]
+        assert [n.text for n in told] == ["careful with answer.txt"]
+        assert store.get_session(session_id).status in (
+            SessionStatus.COMPLETED,
+            SessionStatus.TRUNCATED,
+        )
+
+
+async def test_stop_while_the_modal_is_open_closes_it(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir), task=TASK)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: asking(app), "an approval request")
+        session_id = app.main.live.session_id if app.main.live else 0
+        app.main.action_stop()
+        await until(pilot, lambda: not asking(app) and app.main.live is None, "the stop")
+        assert store.get_session(session_id).status is SessionStatus.ABORTED
+        assert app.is_running
