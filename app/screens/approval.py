@@ -13,9 +13,7 @@ palette) only offer what applies now.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
 from enum import StrEnum
-from functools import partial
 from typing import ClassVar
 
 from rich.syntax import Syntax
@@ -23,7 +21,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import ModalScreen
@@ -31,6 +28,7 @@ from textual.widgets import Footer, Input, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from agents.approval import ApprovalRequest, Decision
+from app.commands import ScreenCommands
 from storage import Node
 
 #: The view renders at most this much of a text; the editor always gets all of it.
@@ -99,12 +97,11 @@ def score_text(node: Node) -> Text:
     return text
 
 
-class ApprovalCommands(Provider):
+class ApprovalCommands(ScreenCommands):
     """The approval screen's verbs in the command palette, limited to those that apply
     in the screen's current mode."""
 
-    #: (palette name, screen action, help)
-    ENTRIES: tuple[tuple[str, str, str], ...] = (
+    ENTRIES = (
         ("approval: Approve", "approve", "Run the proposed action as it is"),
         ("approval: Edit", "edit", "Edit the action's code, then run your version"),
         ("approval: Reject", "reject", "Refuse the action and tell the agent why"),
@@ -114,31 +111,6 @@ class ApprovalCommands(Provider):
         ("approval: Confirm reject", "confirm_reject", "Reject with the reason typed"),
         ("approval: Back", "back", "Leave editing or rejecting; nothing is decided"),
     )
-
-    def available(self) -> Iterable[tuple[str, str, str]]:
-        screen = self.screen
-        if not isinstance(screen, ApprovalScreen):
-            return
-        for name, action, help_text in self.ENTRIES:
-            if screen.check_action(action, ()):
-                yield name, action, help_text
-
-    async def discover(self) -> Hits:
-        for name, action, help_text in self.available():
-            yield DiscoveryHit(name, partial(self.screen.run_action, action), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, action, help_text in self.available():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(
-                    score,
-                    matcher.highlight(name),
-                    partial(self.screen.run_action, action),
-                    text=name,
-                    help=help_text,
-                )
 
 
 class ApprovalScreen(ModalScreen[Decision]):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 from rich.console import Group, RenderableType
@@ -21,13 +20,13 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from app.commands import ScreenCommands
 from storage import (
     Author,
     EvaluationResult,
@@ -68,10 +67,10 @@ class Given:
     item: QueueItem
 
 
-class LabelCommands(Provider):
+class LabelCommands(ScreenCommands):
     """The label screen's verbs in the command palette, those that apply now."""
 
-    COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ENTRIES = (
         ("label: Good", "good", "Label this branch good"),
         ("label: Bad", "bad", "Label this branch bad"),
         ("label: Skip", "skip", "Leave this branch unlabelled and go to the next"),
@@ -81,31 +80,6 @@ class LabelCommands(Provider):
         ("label: Toggle scope", "toggle_scope", "Label this block, or the whole path to its tick"),
         ("label: Back", "back", "Leave the label screen"),
     )
-
-    def available(self) -> Iterable[tuple[str, str, str]]:
-        screen = self.screen
-        if not isinstance(screen, LabelScreen):
-            return
-        for name, action, help_text in self.COMMANDS:
-            if screen.check_action(action, ()):
-                yield name, action, help_text
-
-    async def discover(self) -> Hits:
-        for name, action, help_text in self.available():
-            yield DiscoveryHit(name, partial(self.screen.run_action, action), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, action, help_text in self.available():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(
-                    score,
-                    matcher.highlight(name),
-                    partial(self.screen.run_action, action),
-                    text=name,
-                    help=help_text,
-                )
 
 
 class LabelScreen(Screen[None]):

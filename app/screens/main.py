@@ -16,13 +16,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import ScreenResume
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Tree
 from textual.worker import Worker, WorkerState
 
+from app.commands import Command, ScreenCommands
 from app.widgets.block_view import BlockView, Candidates
 from app.widgets.chat import ChatLog
 from app.widgets.inspector import Inspector
@@ -58,49 +59,30 @@ JOBS_EVERY = 5.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 
 
-class MainCommands(Provider):
-    """The main screen's commands, "namespace: Verb" style."""
+class MainCommands(ScreenCommands):
+    """The main screen's verbs, and a "session: New" per shipped task."""
 
-    def _commands(self) -> list[tuple[str, str, str]]:
+    ENTRIES = (
+        ("session: Step one block", "step", "Let the agent write one block"),
+        ("session: Step one tick", "step_tick", "Let the agent run one tick"),
+        ("session: Run", "run", "Run until the agent needs the operator"),
+        ("session: Pause or resume", "pause", "Pause the agent at the next block"),
+        ("session: Stop", "stop", "Abort the running session"),
+        ("view: Jump to the end", "last", "Move to the last line of the tree"),
+        ("label: Open the labelling queue", "label", "Label branches one key at a time"),
+        ("label: Mark good", "label_good", "Label the selected block good"),
+        ("label: Mark bad", "label_bad", "Label the selected block bad"),
+        ("label: Undo", "undo_label", "Take back the last label given here"),
+        ("chat: Message the agent", "chat", "Focus the chat input"),
+        ("help: Keys", "help", "Every key of this screen"),
+    )
+
+    def entries(self) -> Iterable[Command]:
+        yield from self.ENTRIES
         screen = self.screen
-        assert isinstance(screen, MainScreen)
-        found: list[tuple[str, str, str]] = [
-            ("session: Step one block", "step", "Let the agent write one block"),
-            ("session: Step one tick", "step_tick", "Let the agent run one tick"),
-            ("session: Run", "run", "Run until the agent needs the operator"),
-            ("session: Pause or resume", "pause", "Pause the agent at the next block"),
-            ("session: Stop", "stop", "Abort the running session"),
-            ("view: Jump to the end", "last", "Move to the last line of the tree"),
-            ("label: Open the labelling queue", "label", "Label branches one key at a time"),
-            ("label: Mark good", "label_good", "Label the selected block good"),
-            ("label: Mark bad", "label_bad", "Label the selected block bad"),
-            ("label: Undo", "undo_label", "Take back the last label given here"),
-            ("chat: Message the agent", "chat", "Focus the chat input"),
-            ("help: Keys", "help", "Every key of this screen"),
-        ]
-        commands = [c for c in found if screen.check_action(c[1], ()) is True]
-        for name in screen.task_names():
-            commands.append(
-                (f"session: New {name}", f"new_task('{name}')", f"Start the shipped task {name}")
-            )
-        return commands
-
-    async def discover(self) -> Hits:
-        for name, action, help_text in self._commands():
-            yield DiscoveryHit(name, self._runner(action), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, action, help_text in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), self._runner(action), help=help_text)
-
-    def _runner(self, action: str):  # type: ignore[no-untyped-def]
-        async def run() -> None:
-            await self.screen.run_action(action)
-
-        return run
+        if isinstance(screen, MainScreen):
+            for name in screen.task_names():
+                yield (f"session: New {name}", f"new_task('{name}')", f"Start the task {name}")
 
 
 class MainScreen(Screen[None]):
@@ -129,6 +111,10 @@ class MainScreen(Screen[None]):
         self.inspected: tuple[int, int] | None = None
         self.given: list[Label] = []
         self._drainer: Timer | None = None
+        #: the labelling screen is open over this one (its labels are read back after)
+        self.labelling = False
+        #: a block is highlighted (g and b apply): the footer is refreshed when that changes
+        self.block_highlighted = False
 
     @property
     def console(self) -> ConsoleApp:
@@ -171,6 +157,12 @@ class MainScreen(Screen[None]):
         self.set_interval(JOBS_EVERY, self.load_jobs)
         self.load_jobs()
 
+    def on_unmount(self) -> None:
+        # Leaving the console stops the agent: its thread would otherwise wait for an
+        # operator who is gone.
+        if self.live is not None:
+            self.live.stop()
+
     # -- reading the store -------------------------------------------------------------
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="sessions")
@@ -200,6 +192,10 @@ class MainScreen(Screen[None]):
     @on(Tree.NodeHighlighted)
     def show_entry(self, event: Tree.NodeHighlighted[Entry]) -> None:
         self.show_selected(event.node.data)
+        on_block = isinstance(event.node.data, BlockEntry)
+        if on_block != self.block_highlighted:
+            self.block_highlighted = on_block
+            self.refresh_bindings()
 
     def show_selected(self, entry: Entry) -> None:
         tree = self.query_one(TraceTree)
@@ -383,6 +379,11 @@ class MainScreen(Screen[None]):
         self.app.push_screen(ApprovalScreen(request), answered)
 
     @on(Worker.StateChanged)
+    def report_failure(self, event: Worker.StateChanged) -> None:
+        # Worker.StateChanged does not bubble: the app's reporter sees only its own workers.
+        self.console.report_failure(event)
+
+    @on(Worker.StateChanged)
     def session_ended(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "session" or not event.worker.is_finished:
             return
@@ -477,10 +478,15 @@ class MainScreen(Screen[None]):
     def action_label(self) -> None:
         from app.screens.label import LabelScreen
 
-        def back(_: object = None) -> None:
-            self.reload_labels()
+        # It leaves with pop_screen, which skips a push_screen callback: see `resumed`.
+        self.labelling = True
+        self.app.push_screen(LabelScreen(self.store))
 
-        self.app.push_screen(LabelScreen(self.store), back)
+    @on(ScreenResume)
+    def resumed(self) -> None:
+        if self.labelling:
+            self.labelling = False
+            self.reload_labels()
 
     @on(Input.Submitted, "#chat-input")
     def send_chat(self, event: Input.Submitted) -> None:
@@ -533,8 +539,10 @@ class MainScreen(Screen[None]):
     def labelled(self, node: Node, label: Label | None, labels: dict[int, Label]) -> None:
         if label is not None:
             self.given.append(label)
-        self.query_one(TraceTree).set_labels(node.session_id, labels)
-        self.show_selected(self.query_one(TraceTree).cursor_node.data)  # type: ignore[union-attr]
+        tree = self.query_one(TraceTree)
+        tree.set_labels(node.session_id, labels)
+        if tree.cursor_node is not None:
+            self.show_selected(tree.cursor_node.data)
         self.refresh_bindings()
 
     def action_undo_label(self) -> None:
