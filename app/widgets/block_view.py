@@ -82,5 +82,7 @@ class Candidates(Static):
             first = node.text.strip().splitlines()[0][:40] if node.text.strip() else "(empty)"
             style = "reverse" if node.id == selected.id else ""
             score = f"{node.score:+.2f}" if node.score is not None else "-"
-            table.add_row(Text(mark), Text(score), Text(first, style=style))
+            # One line per candidate: a narrow pane cuts the first line short, never wraps it.
+            line = Text(first, style=style, no_wrap=True, overflow="ellipsis")
+            table.add_row(Text(mark), Text(score), line)
         self.update(Group(Text(f"{len(candidates)} candidates", style="bold"), table))

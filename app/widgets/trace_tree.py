@@ -327,6 +327,12 @@ class TraceTree(Tree[Entry]):
             new = trace.add(node)
             if node.tick not in trace.tree_ticks:
                 made = self._add_tick(trace, node.tick)
+                if made is None and node.tick == max(trace.ticks):
+                    # the agent's new tick starts a group: that group opens too
+                    group = node.tick // TICK_GROUP
+                    self.fill_group(trace, group)
+                    trace.tree_groups[group].expand()
+                    made = trace.tree_ticks[node.tick]
                 if made is None:
                     continue
                 if node.tick == max(trace.ticks):

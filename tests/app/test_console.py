@@ -1,4 +1,9 @@
-"""The console app, driven headless by Pilot against a real SQLite store."""
+"""The console app, driven headless by Pilot against a real SQLite store: browsing the
+sessions, themes, failures in the store workers, markup safety and remapped keys.
+
+The main screen's panes (inspector, candidates, labelling keys, live updates, help, the
+palette, the snapshot) are in tests/app/test_main_screen.py, which shares the helpers here.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from textual.notifications import Notification, Notify
-from textual.widgets import Tree
+from textual.pilot import Pilot
 from textual.widgets.tree import TreeNode
 
 from agents.settings import Settings
-from app.console import FALLBACK_THEME, BlockEntry, BlockView, ConsoleApp, SessionEntry
+from app.console import FALLBACK_THEME, ConsoleApp
+from app.screens.label import LabelScreen
+from app.screens.main import MainScreen
+from app.widgets.block_view import BlockView
+from app.widgets.inspector import EMPTY as INSPECTOR_EMPTY
+from app.widgets.inspector import Inspector
+from app.widgets.trace_tree import BlockEntry, Entry, SessionEntry, TickEntry, TraceTree
 from storage import NewNode, Node, NodeStatus, TraceStore
 
 SIZE = (120, 40)
@@ -54,8 +65,12 @@ class Filled:
                 NewNode(
                     "action", "print('other')", tick=0, parent_index=0, status=NodeStatus.ALTERNATE
                 ),
-                NewNode("action", "run_tests()", tick=1, parent_index=1, status="executed"),
-                NewNode("debug", "why did it fail?", tick=1, parent_index=3, status="failed"),
+                NewNode(
+                    "action", "run_tests()", tick=1, parent_index=1, status=NodeStatus.EXECUTED
+                ),
+                NewNode(
+                    "debug", "why did it fail?", tick=1, parent_index=3, status=NodeStatus.FAILED
+                ),
             ],
         )
         self.observation, self.action, self.alternate, self.good, self.bad = nodes
@@ -82,42 +97,57 @@ class Notes:
         return [n.message for n in self.all if n.severity == severity]
 
 
-async def _settle(app: ConsoleApp, pilot) -> None:
+NO_MODEL = "no model: the backend setting is `none`. Browsing, labelling and training still work."
+
+
+async def settle(app: ConsoleApp, pilot: Pilot[None]) -> None:
+    """Let the store workers finish and their results reach the widgets."""
     await app.workers.wait_for_complete()
     await pilot.pause()
     await app.workers.wait_for_complete()
     await pilot.pause()
 
 
-def _tree(app: ConsoleApp) -> Tree:
-    return app.query_one("#trace-tree", Tree)
+def tree(app: ConsoleApp) -> TraceTree:
+    return app.query_one("#trace-tree", TraceTree)
 
 
-def _visible(app: ConsoleApp) -> list[str]:
+def visible(app: ConsoleApp) -> list[str]:
     """The tree's visible lines, indented by depth, in display order."""
     lines: list[str] = []
 
-    def walk(node: TreeNode, depth: int) -> None:
+    def walk(node: TreeNode[Entry], depth: int) -> None:
         for child in node.children:
-            lines.append("  " * depth + child.label.plain)
+            lines.append("  " * depth + str(child.label))
             if child.is_expanded:
                 walk(child, depth + 1)
 
-    walk(_tree(app).root, 0)
+    walk(tree(app).root, 0)
     return lines
 
 
-def _shown(app: ConsoleApp) -> str:
-    """BlockView's content as plain text, rendered the way Rich would draw it."""
+def plain(renderable: object) -> str:
+    """A renderable as plain text, drawn the way Rich would draw it (no colours)."""
     console = Console(width=100, file=io.StringIO(), color_system=None)
     with console.capture() as captured:
-        console.print(app.query_one(BlockView).content)
+        console.print(renderable)
     return captured.get()
 
 
-def _line_of(app: ConsoleApp, node: Node) -> int:
-    def find(tree_node: TreeNode) -> TreeNode | None:
-        for child in tree_node.children:
+def shown(app: ConsoleApp) -> str:
+    """BlockView's content as plain text."""
+    return plain(app.query_one(BlockView).content)
+
+
+def inspected(app: ConsoleApp) -> str:
+    """The Inspector's content as plain text, each line stripped of its padding."""
+    lines = plain(app.query_one(Inspector).content).rstrip().splitlines()
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def tree_node(app: ConsoleApp, node: Node) -> TreeNode[Entry]:
+    def find(parent: TreeNode[Entry]) -> TreeNode[Entry] | None:
+        for child in parent.children:
             data = child.data
             if isinstance(data, BlockEntry) and data.node.id == node.id:
                 return child
@@ -126,9 +156,46 @@ def _line_of(app: ConsoleApp, node: Node) -> int:
                 return found
         return None
 
-    target = find(_tree(app).root)
+    target = find(tree(app).root)
     assert target is not None, f"block {node.id} is not in the tree"
-    return target.line
+    return target
+
+
+def tick_node(app: ConsoleApp, session_id: int, tick: int) -> TreeNode[Entry]:
+    """A tick's line, under its session or (in a long session) its group of ticks."""
+    wanted = TickEntry(session_id, tick)
+    pending = list(tree(app).root.children)
+    while pending:
+        node = pending.pop()
+        if node.data == wanted:
+            return node
+        if not isinstance(node.data, TickEntry | BlockEntry):
+            pending.extend(node.children)
+    raise AssertionError(f"no tick {tick} of session {session_id} in the tree")
+
+
+async def move_to(app: ConsoleApp, pilot: Pilot[None], line: int) -> None:
+    """Move the tree's cursor to a visible line with the arrow keys, as the operator does."""
+    now = tree(app).cursor_line
+    await pilot.press(*(["down"] * (line - now) if line >= now else ["up"] * (now - line)))
+    await settle(app, pilot)
+    assert tree(app).cursor_line == line
+
+
+async def select(app: ConsoleApp, pilot: Pilot[None], node: Node) -> None:
+    """Select a visible block with the arrow keys."""
+    await move_to(app, pilot, tree_node(app, node).line)
+    cursor = tree(app).cursor_node
+    assert cursor is not None and isinstance(cursor.data, BlockEntry)
+    assert cursor.data.node.id == node.id
+
+
+async def expand_first_session(app: ConsoleApp, pilot: Pilot[None]) -> None:
+    """Open the session on the top line (the cursor starts there) with space."""
+    await settle(app, pilot)
+    assert tree(app).cursor_line == 0
+    await pilot.press("space")
+    await settle(app, pilot)
 
 
 # -- browsing -----------------------------------------------------------------------------
@@ -137,141 +204,200 @@ def _line_of(app: ConsoleApp, node: Node) -> int:
 async def test_sessions_are_listed_newest_updated_first(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        assert _visible(app) == [
+        await settle(app, pilot)
+        assert isinstance(app.screen, MainScreen)
+        assert visible(app) == [
             f"#{filled.first.id} fix the failing test  running",
             f"#{filled.second.id} Second session  running",
         ]
-        tree = _tree(app)
-        assert tree.has_focus
-        assert tree.cursor_line == 0
-        assert isinstance(tree.cursor_node.data, SessionEntry)
-        assert tree.cursor_node.data.session.id == filled.first.id
+        trace_tree = tree(app)
+        assert trace_tree.has_focus
+        assert trace_tree.cursor_line == 0
+        cursor = trace_tree.cursor_node
+        assert cursor is not None and isinstance(cursor.data, SessionEntry)
+        assert cursor.data.session.id == filled.first.id
         assert app.sub_title == store.where
-        assert "Select a block" in _shown(app)
-        # lazy: nothing below a session is loaded before it is expanded
-        assert all(not node.children for node in tree.root.children)
+        # the highlighted session is summarised where a block would show
+        assert shown(app).splitlines() == [
+            f"session #{filled.first.id} · running",
+            "x",
+            "",
+            "fix the failing test",
+            "in detail",
+        ]
+        # lazy: nothing below a session is read before it is expanded
+        assert trace_tree.traces == {}
+        assert all(not node.children for node in trace_tree.root.children)
 
 
-async def test_expanding_a_session_loads_its_ticks_and_blocks(
+async def test_expanding_a_session_loads_its_ticks_and_the_last_ticks_blocks(
     store: TraceStore, filled: Filled
 ) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        await pilot.press("space")
-        await _settle(app, pilot)
-        assert _visible(app) == [
+        await expand_first_session(app, pilot)
+        assert visible(app) == [
             f"#{filled.first.id} fix the failing test  running",
-            "  tick 0",
-            "    observation  the repo has 3 files",
-            "    ✔ action  print('hello')",
-            "    ⋯ action  print('other')",
-            "  tick 1",
+            "  tick 0 ✔  3 blocks",
+            "  tick 1 ·  +1 -1  2 blocks",
             "    + action  run_tests()",
             "    - ! debug  why did it fail?",
             f"#{filled.second.id} Second session  running",
         ]
-        # collapsing and expanding again does not load (or add) the blocks twice
+        trace = tree(app).traces[filled.first.id]
+        # the last tick is opened; the earlier one makes its block lines on expansion
+        assert trace.filled == {1}
+        assert not tick_node(app, filled.first.id, 0).children
+
+        await move_to(app, pilot, 1)
         await pilot.press("space")
+        await settle(app, pilot)
+        assert trace.filled == {0, 1}
+        assert visible(app)[1:5] == [
+            "  tick 0 ✔  3 blocks",
+            "    observation  the repo has 3 files",
+            "    ✔ action +0.8  print('hello')",  # the alternate is folded under it
+            "  tick 1 ·  +1 -1  2 blocks",
+        ]
+        await move_to(app, pilot, 3)
         await pilot.press("space")
-        await _settle(app, pilot)
-        assert len(_visible(app)) == 9
+        await settle(app, pilot)
+        assert visible(app)[3:5] == [
+            "    ✔ action +0.8  print('hello')",
+            "      ⋯ action  print('other')",
+        ]
+
+        # collapsing and expanding the session again neither reads nor adds blocks twice
+        lines = visible(app)
+        await move_to(app, pilot, 0)
+        await pilot.press("space")
+        await settle(app, pilot)
+        assert visible(app) == [lines[0], lines[-1]]
+        await pilot.press("space")
+        await settle(app, pilot)
+        assert visible(app) == lines
+        assert tree(app).traces[filled.first.id] is trace
 
 
 async def test_a_session_without_blocks_says_so(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         await pilot.press("down", "space")
-        await _settle(app, pilot)
-        assert _visible(app)[-1] == "  no blocks"
+        await settle(app, pilot)
+        assert visible(app) == [
+            f"#{filled.first.id} fix the failing test  running",
+            f"#{filled.second.id} Second session  running",
+            "  no blocks yet",
+        ]
+        assert tree(app).traces[filled.second.id].nodes == {}
+        assert shown(app).splitlines()[0] == f"session #{filled.second.id} · running"
 
 
 async def test_the_selected_action_block_is_shown(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
+        await expand_first_session(app, pilot)
+        await move_to(app, pilot, 1)
         await pilot.press("space")
-        await _settle(app, pilot)
-        line = _line_of(app, filled.action)
-        assert line == 3
-        await pilot.press(*["down"] * line)
-        await pilot.pause()
-        cursor = _tree(app).cursor_node
-        assert isinstance(cursor.data, BlockEntry) and cursor.data.node.id == filled.action.id
-        shown = _shown(app)
-        head, _, *body = shown.splitlines()
-        assert head == (
-            f"#{filled.action.id} action · tick 0 · approved · score +0.75 "
-            "(tests +0.50, style +0.25)"
-        )
+        await settle(app, pilot)
+        await select(app, pilot, filled.action)
+        assert tree(app).cursor_line == 3
+        head, score, blank, *body = shown(app).splitlines()
+        assert head == f"#{filled.action.id} action · tick 0 · approved · by model"
+        assert score == "score +0.75   tests +0.50   style +0.25"
+        assert blank == ""
         assert [b.rstrip() for b in body] == ["print('hello')", "x = 1"]
+        # the tick's inspector follows the selection
+        assert inspected(app).splitlines()[:3] == ["tick 0", "expectation", "none written"]
 
 
 async def test_labels_show_in_the_block_view_too(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        await pilot.press("space")
-        await _settle(app, pilot)
-        await pilot.press(*["down"] * _line_of(app, filled.bad))
-        await pilot.pause()
-        head = _shown(app).splitlines()[0]
-        assert head == f"#{filled.bad.id} debug · tick 1 · failed · labelled bad"
+        await expand_first_session(app, pilot)
+        await select(app, pilot, filled.bad)
+        assert shown(app).splitlines()[0] == (
+            f"#{filled.bad.id} debug · tick 1 · failed · by model · labelled bad: wrong guess"
+        )
         await pilot.press("up")
-        await pilot.pause()
-        assert _shown(app).splitlines()[0].endswith("executed · labelled good")
-        await pilot.press("up")  # the "tick 1" line: nothing selected
-        await pilot.pause()
-        assert "Select a block" in _shown(app)
+        await settle(app, pilot)
+        assert shown(app).splitlines()[0] == (
+            f"#{filled.good.id} action · tick 1 · executed · by model · labelled good"
+        )
+        await pilot.press("up")  # the "tick 1" line: no block selected
+        await settle(app, pilot)
+        assert shown(app).strip() == "tick 1: select one of its blocks"
 
 
 async def test_the_screen_shows_the_tree_and_the_block(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
+        await expand_first_session(app, pilot)
+        await move_to(app, pilot, 1)
         await pilot.press("space")
-        await _settle(app, pilot)
-        await pilot.press(*["down"] * _line_of(app, filled.action))
-        await pilot.pause()
+        await settle(app, pilot)
+        await select(app, pilot, filled.action)
         svg = html.unescape(app.export_screenshot()).replace("\xa0", " ")
-        for expected in ("Second", "tick", "observation", "score", "+0.75", "approved"):
+        for expected in ("Second", "tick 0", "observation", "score +0.75", "approved", "no model"):
             assert expected in svg
 
 
 async def test_an_empty_store(store: TraceStore) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        assert _visible(app) == ["no sessions yet"]
+        await settle(app, pilot)
+        assert visible(app) == ["no sessions yet"]
         await pilot.press("space", "down", "enter")
-        await pilot.pause()
-        assert "Select a block" in _shown(app)
+        await settle(app, pilot)
+        assert visible(app) == ["no sessions yet"]
+        assert "Select a block" in shown(app)
+        assert inspected(app) == INSPECTOR_EMPTY
 
 
 async def test_r_reloads_the_sessions(store: TraceStore, filled: Filled) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        assert len(_visible(app)) == 2
+        await settle(app, pilot)
+        assert len(visible(app)) == 2
         added = store.create_session("a third task")
-        assert len(_visible(app)) == 2  # not before asked
+        assert len(visible(app)) == 2  # not before asked
         await pilot.press("r")
-        await _settle(app, pilot)
-        assert _visible(app)[0] == f"#{added.id} a third task  running"
-        assert len(_visible(app)) == 3
+        await settle(app, pilot)
+        assert visible(app)[0] == f"#{added.id} a third task  running"
+        assert len(visible(app)) == 3
 
 
 async def test_r_on_an_empty_store_then_filled(store: TraceStore) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
-        assert _visible(app) == ["no sessions yet"]
+        await settle(app, pilot)
+        assert visible(app) == ["no sessions yet"]
         store.create_session("now there is one", title="One")
         await pilot.press("r")
-        await _settle(app, pilot)
-        assert [line.split("  ")[0] for line in _visible(app)] == ["#1 One"]
+        await settle(app, pilot)
+        assert [line.split("  ")[0] for line in visible(app)] == ["#1 One"]
+
+
+async def test_r_forgets_opened_sessions_and_reads_them_again(
+    store: TraceStore, filled: Filled
+) -> None:
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE) as pilot:
+        await expand_first_session(app, pilot)
+        assert filled.first.id in tree(app).traces
+        store.add_nodes(filled.first.id, [NewNode("outcome", "done", tick=2)])
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert tree(app).traces == {}
+        await pilot.press("space")
+        await settle(app, pilot)
+        assert visible(app)[1:5] == [
+            "  tick 0 ✔  3 blocks",
+            "  tick 1 ·  +1 -1  2 blocks",
+            "  tick 2  1 blocks",
+            "    outcome  done",
+        ]
 
 
 # -- themes -------------------------------------------------------------------------------
@@ -281,30 +407,34 @@ async def test_the_default_theme_is_applied(store: TraceStore) -> None:
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         assert app.theme == "agent-console"
         assert app.current_theme.primary.upper() == "#4EA1D3"
-        assert app.current_theme.background.upper() == "#14171C"
-        assert notes.all == []
+        assert str(app.current_theme.background).upper() == "#14171C"
+        assert notes.of("error") == []
+        assert notes.of("warning") == [NO_MODEL]  # the only one: the theme loaded quietly
+        # the tree's error marks use the theme's error colour
+        assert tree(app).error_colour == app.current_theme.error
 
 
 async def test_an_unknown_theme_falls_back_with_an_error(store: TraceStore) -> None:
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none", theme="no-such-theme"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         assert app.theme == FALLBACK_THEME == "textual-dark"
         assert notes.of("error") == ["unknown theme 'no-such-theme'; using textual-dark"]
-        assert _visible(app) == ["no sessions yet"]
+        assert visible(app) == ["no sessions yet"]
 
 
 async def test_a_builtin_textual_theme_by_name(store: TraceStore) -> None:
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none", theme="nord"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         assert app.theme == "nord"
-        assert notes.all == []
+        assert notes.of("error") == []
+        assert notes.of("warning") == [NO_MODEL]
 
 
 async def test_a_theme_file_in_the_config_folder_can_be_chosen(
@@ -315,7 +445,7 @@ async def test_a_theme_file_in_the_config_folder_can_be_chosen(
     (folder / "mine.toml").write_text('name = "mine"\nprimary = "#123456"\n', encoding="utf-8")
     app = ConsoleApp(store=store, settings=Settings(backend="none", theme="mine"))
     async with app.run_test(size=SIZE) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         assert app.theme == "mine"
         assert app.current_theme.primary == "#123456"
 
@@ -330,8 +460,8 @@ async def test_broken_theme_files_warn_and_the_app_still_opens(
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
-        warnings = notes.of("warning")
+        await settle(app, pilot)
+        warnings = [w for w in notes.of("warning") if w != NO_MODEL]
         assert len(warnings) == 2
         assert any(str(folder / "bad-toml.toml") in w for w in warnings)
         assert f"theme file {folder / 'bad-colour.toml'} skipped: primary = 12 is not a colour" in (
@@ -339,7 +469,7 @@ async def test_broken_theme_files_warn_and_the_app_still_opens(
         )
         assert notes.of("error") == []
         assert app.theme == "agent-console"
-        assert len(_visible(app)) == 2
+        assert len(visible(app)) == 2
 
 
 # -- failures in the store workers --------------------------------------------------------
@@ -360,41 +490,67 @@ async def test_a_failed_reload_is_reported_and_the_app_keeps_running(
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
-        before = _visible(app)
+        await settle(app, pilot)
+        before = visible(app)
         _drop(db, "session")
         await pilot.press("r")
-        await _settle(app, pilot)
+        await settle(app, pilot)
         errors = notes.of("error")
         assert len(errors) == 1
         assert errors[0].startswith("load_sessions failed: ")
         assert "no such table: session" in errors[0]
         assert "\n" not in errors[0] and "SELECT" not in errors[0]  # the cause, not the SQL
         assert app.is_running
-        assert _visible(app) == before  # the old list stays
+        assert visible(app) == before  # the old list stays
         await pilot.press("down")
         await pilot.pause()
-        assert _tree(app).cursor_line == 1  # still responds to keys
+        assert tree(app).cursor_line == 1  # still responds to keys
 
 
-async def test_a_failed_block_load_is_reported_and_the_app_keeps_running(
+async def test_a_failed_trace_load_is_reported_and_the_app_keeps_running(
     store: TraceStore, filled: Filled, db: Path
 ) -> None:
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         _drop(db, "label")
         await pilot.press("space")
-        await _settle(app, pilot)
+        await settle(app, pilot)
         errors = notes.of("error")
         assert len(errors) == 1
-        assert errors[0].startswith("load_blocks failed: ")
-        assert "label" in errors[0]
+        assert errors[0].startswith("load_trace failed: ")
+        assert "no such table: label" in errors[0]
+        assert "\n" not in errors[0] and "SELECT" not in errors[0]
         assert app.is_running
+        assert filled.first.id not in tree(app).traces
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_a_failed_inspector_load_is_reported_and_the_app_keeps_running(
+    store: TraceStore, filled: Filled, db: Path
+) -> None:
+    notes = Notes()
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await expand_first_session(app, pilot)
+        await move_to(app, pilot, 2)  # the "tick 1" line
+        assert inspected(app).splitlines()[0] == "tick 1"
+        _drop(db, "evaluation")
+        await pilot.press("up")  # "tick 0": its evaluations are read, and that fails
+        await settle(app, pilot)
+        errors = notes.of("error")
+        assert len(errors) == 1
+        assert errors[0].startswith("load_inspector failed: ")
+        assert "no such table: evaluation" in errors[0]
+        assert "\n" not in errors[0] and "SELECT" not in errors[0]
+        assert app.is_running
+        assert shown(app).strip() == "tick 0: select one of its blocks"
+        await pilot.press("down", "down")
+        await settle(app, pilot)
+        assert shown(app).startswith(f"#{filled.good.id} action · tick 1")
 
 
 # -- text from users and errors is shown as text, never parsed as markup ------------------
@@ -406,22 +562,32 @@ async def test_bracketed_text_in_notifications_and_titles_is_shown_literally(
     folder = tmp_path / "config" / "agent-console" / "themes"
     folder.mkdir(parents=True)
     (folder / "odd.toml").write_text('name = "odd"\nprimary = "red"\n"[/]" = 1\n', "utf-8")
-    session = store.create_session("task", title="[bold]x[/] [/]")
+    session = store.create_session("task [/]", title="[bold]x[/] [/]")
+    (block,) = store.add_nodes(session.id, [NewNode("observation", "[red]not red[/] [/]")])
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none", theme="[/red]"))
     # notifications=True: the toasts are really rendered, as they are outside tests
     async with app.run_test(size=SIZE, notifications=True, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         await pilot.pause(0.2)
         assert app.is_running
         assert app.theme == FALLBACK_THEME
         assert notes.of("error") == ["unknown theme '[/red]'; using textual-dark"]
         assert notes.of("warning") == [
-            f"theme file {folder / 'odd.toml'} skipped: unknown field '[/]'"
+            f"theme file {folder / 'odd.toml'} skipped: unknown field '[/]'",
+            NO_MODEL,
         ]
-        assert _visible(app) == [f"#{session.id} [bold]x[/] [/]  running"]
+        assert visible(app) == [f"#{session.id} [bold]x[/] [/]  running"]
         svg = html.unescape(app.export_screenshot()).replace("\xa0", " ")
         assert "unknown theme '[/red]'; using textual-dark" in svg
+        assert shown(app).splitlines()[-1] == "task [/]"
+
+        await pilot.press("space")
+        await settle(app, pilot)
+        await select(app, pilot, block)
+        assert visible(app)[-1] == "    observation  [red]not red[/] [/]"
+        assert shown(app).splitlines()[-1] == "[red]not red[/] [/]"
+        assert "observation: [red]not red[/] [/]" in inspected(app)
 
 
 # -- keys remapped from the settings -------------------------------------------------------
@@ -431,15 +597,15 @@ async def test_a_remapped_key_replaces_the_default(store: TraceStore, filled: Fi
     notes = Notes()
     app = ConsoleApp(store=store, settings=Settings(backend="none", keys={"app.refresh": "f5"}))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
+        await settle(app, pilot)
         added = store.create_session("a third task")
         await pilot.press("r")  # no longer bound
-        await _settle(app, pilot)
-        assert len(_visible(app)) == 2
+        await settle(app, pilot)
+        assert len(visible(app)) == 2
         await pilot.press("f5")
-        await _settle(app, pilot)
-        assert _visible(app)[0] == f"#{added.id} a third task  running"
-        assert notes.all == []
+        await settle(app, pilot)
+        assert visible(app)[0] == f"#{added.id} a third task  running"
+        assert notes.of("warning") == [NO_MODEL]
 
 
 async def test_an_unknown_binding_id_warns_and_the_rest_apply(
@@ -449,8 +615,8 @@ async def test_an_unknown_binding_id_warns_and_the_rest_apply(
     keys = {"app.refrsh": "f5", "app.quit": "x"}
     app = ConsoleApp(store=store, settings=Settings(backend="none", keys=keys))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await _settle(app, pilot)
-        (warning,) = notes.of("warning")
+        await settle(app, pilot)
+        (warning,) = [w for w in notes.of("warning") if w != NO_MODEL]
         assert warning.startswith("unknown key binding id app.refrsh in the keys setting")
         assert "app.refresh" in warning
         await pilot.press("q")  # remapped away
@@ -459,3 +625,23 @@ async def test_an_unknown_binding_id_warns_and_the_rest_apply(
         await pilot.press("x")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_a_main_screen_key_can_be_remapped(store: TraceStore, filled: Filled) -> None:
+    notes = Notes()
+    keys = {"main.label": "L", "main.lable": "K"}
+    app = ConsoleApp(store=store, settings=Settings(backend="none", keys=keys))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await settle(app, pilot)
+        (warning,) = [w for w in notes.of("warning") if w != NO_MODEL]
+        assert warning.startswith("unknown key binding id main.lable in the keys setting")
+        assert "main.label" in warning and "tree.end" in warning
+        await pilot.press("l")  # remapped away
+        await settle(app, pilot)
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("L")
+        await settle(app, pilot)
+        assert isinstance(app.screen, LabelScreen)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert isinstance(app.screen, MainScreen)
