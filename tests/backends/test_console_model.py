@@ -10,6 +10,7 @@ from textual.notifications import Notify
 
 from agents.settings import Settings
 from app.console import ConsoleApp
+from app.widgets.status_bar import StatusBar
 from storage import TraceStore
 
 
@@ -27,11 +28,12 @@ async def test_the_model_loads_after_the_first_frame(
     settings = Settings(backend="transformers", model=str(tiny_model_dir))
     app = ConsoleApp(store=store, settings=settings)
     async with app.run_test() as pilot:
-        assert "loading model" in app.sub_title  # the frame is up before the model
+        status = app.main.query_one(StatusBar)
+        assert status.backend == "loading model…"  # the frame is up before the model
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.backend is not None
-        assert app.sub_title.endswith(f"transformers: {tiny_model_dir}")
+        assert (status.backend, status.model) == ("transformers", str(tiny_model_dir))
         assert app.backend.score_yes_no(["Is it? "])  # a live model, not a placeholder
 
 
@@ -50,7 +52,7 @@ async def test_no_model_is_one_notification_and_the_console_works(
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.backend is None
-        assert app.sub_title.endswith("no model")
+        assert app.main.query_one(StatusBar).backend == "no model"
         (note,) = [n for n in notes if n.startswith("no model:")]
         assert str(missing) in note and "--base-url" in note and "\n" not in note
         await pilot.press("r")
