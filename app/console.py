@@ -169,6 +169,8 @@ class ConsoleApp(App[None]):
     def apply_keymap(self) -> None:
         """The `keys` setting: binding id -> keys. An id no binding has is named in a
         warning (a typo would otherwise go unnoticed) and the rest still apply."""
+        if not self.settings.keys:
+            return  # nothing to remap: the other screens need not be imported yet
         known = binding_ids()
         unknown = sorted(set(self.settings.keys) - known)
         if unknown:

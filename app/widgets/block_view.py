@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -58,6 +57,8 @@ def render_block(node: Node, label: Label | None) -> RenderableType:
     text, cut = capped(node.text)
     parts.append(Text(""))
     if node.kind in CODE_KINDS:
+        from rich.syntax import Syntax  # pygments: not before the first frame
+
         parts.append(Syntax(text, "python", word_wrap=True, theme="ansi_dark", line_numbers=False))
     else:
         parts.append(Text(text))
