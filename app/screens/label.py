@@ -399,7 +399,7 @@ class LabelScreen(Screen[None]):
         if self.query_one("#label-note", Input).display:
             self.close_note()
         elif len(self.app.screen_stack) > 1:
-            self.app.pop_screen()
+            self.dismiss(None)
         else:
             self.app.exit()
 

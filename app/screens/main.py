@@ -17,7 +17,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.events import ScreenResume
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Tree
@@ -111,8 +110,6 @@ class MainScreen(Screen[None]):
         self.inspected: tuple[int, int] | None = None
         self.given: list[Label] = []
         self._drainer: Timer | None = None
-        #: the labelling screen is open over this one (its labels are read back after)
-        self.labelling = False
         #: a block is highlighted (g and b apply): the footer is refreshed when that changes
         self.block_highlighted = False
 
@@ -478,15 +475,8 @@ class MainScreen(Screen[None]):
     def action_label(self) -> None:
         from app.screens.label import LabelScreen
 
-        # It leaves with pop_screen, which skips a push_screen callback: see `resumed`.
-        self.labelling = True
-        self.app.push_screen(LabelScreen(self.store))
-
-    @on(ScreenResume)
-    def resumed(self) -> None:
-        if self.labelling:
-            self.labelling = False
-            self.reload_labels()
+        # Labels given there show in the tree when it closes.
+        self.app.push_screen(LabelScreen(self.store), self.labels_changed)
 
     @on(Input.Submitted, "#chat-input")
     def send_chat(self, event: Input.Submitted) -> None:
@@ -556,12 +546,21 @@ class MainScreen(Screen[None]):
         labels = self.store.session_labels(node.session_id)
         self.app.call_from_thread(self.labelled, node, None, labels)
 
+    def labels_changed(self, _: object = None) -> None:
+        """Labels were given elsewhere (the labelling screen): read back the open sessions'."""
+        self.reload_labels(list(self.query_one(TraceTree).traces))
+
     @work(thread=True, exit_on_error=False, group="labels")
-    def reload_labels(self) -> None:
+    def reload_labels(self, session_ids: list[int]) -> None:
+        read = {session_id: self.store.session_labels(session_id) for session_id in session_ids}
+        self.app.call_from_thread(self.show_labels, read)
+
+    def show_labels(self, read: dict[int, dict[int, Label]]) -> None:
         tree = self.query_one(TraceTree)
-        for session_id in list(tree.traces):
-            labels = self.store.session_labels(session_id)
-            self.app.call_from_thread(tree.set_labels, session_id, labels)
+        for session_id, labels in read.items():
+            tree.set_labels(session_id, labels)
+        if tree.cursor_node is not None:
+            self.show_selected(tree.cursor_node.data)
 
 
 def session_summary(session: Session) -> Group:
