@@ -109,6 +109,8 @@ class MainScreen(Screen[None]):
         self.asking: ApprovalRequest | None = None
         self.inspected: tuple[int, int] | None = None
         self.given: list[Label] = []
+        #: step mode asked for before a session runs: the next session starts in it
+        self.armed: str | None = None
         self._drainer: Timer | None = None
         #: a block is highlighted (g and b apply): the footer is refreshed when that changes
         self.block_highlighted = False
@@ -287,6 +289,9 @@ class MainScreen(Screen[None]):
         status = self.query_one(StatusBar)
         status.policy = options.approval
         status.session = "starting a session…"
+        if self.armed is not None:
+            self.live.runtime.set_stepping(self.armed)
+            self.armed = None
         status.mode = self.live.mode
         self.run_session(self.live)
         self._drainer = self.set_interval(DRAIN_EVERY, self.drain)
@@ -422,6 +427,8 @@ class MainScreen(Screen[None]):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("step", "step_tick") and self.live is None:
+            return self.console.backend is not None  # arms step mode for the next session
         if action in LIVE_ACTIONS:
             return self.live is not None
         if action in ("label_good", "label_bad"):
@@ -431,13 +438,20 @@ class MainScreen(Screen[None]):
         return True
 
     def action_step(self) -> None:
-        if self.live is not None and not self.live.step("block"):
-            self.notify("step mode: s writes one block, S one tick, c runs on", markup=False)
-        self._show_mode()
+        self._step("block", "step mode: s writes one block, S one tick, c runs on")
 
     def action_step_tick(self) -> None:
-        if self.live is not None and not self.live.step("tick"):
-            self.notify("step mode by tick: S runs one tick, c runs on", markup=False)
+        self._step("tick", "step mode by tick: S runs one tick, c runs on")
+
+    def _step(self, unit: str, how: str) -> None:
+        if self.live is None:
+            # No session yet: the next one starts in step mode, waiting before its first block.
+            self.armed = unit
+            self.query_one(StatusBar).mode = f"next session steps by {unit}"
+            self.notify(f"the next session starts in step mode; {how}", markup=False)
+            return
+        if not self.live.step(unit):
+            self.notify(how, markup=False)
         self._show_mode()
 
     def action_run(self) -> None:

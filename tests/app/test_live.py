@@ -189,9 +189,15 @@ async def test_step_mode_and_chat_in_a_session_started_from_the_chat(
     app = ConsoleApp(store=store, settings=settings(tiny_model_dir, max_ticks=2, approval="auto"))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.backend is not None, "the model to load")
-        # no live session: the live keys do nothing and are not offered
-        assert app.main.check_action("step", ()) is False
+        # no live session: the session keys are not offered; s arms step mode instead
+        assert app.main.check_action("stop", ()) is False
+        assert app.main.check_action("run", ()) is False
         tree = app.main.query_one(TraceTree)
+        tree.focus()
+        await pilot.pause()
+        await pilot.press("s")
+        status = app.main.query_one(StatusBar)
+        assert status.mode == "next session steps by block"
         chat = app.main.query_one("#chat-input", Input)
         chat.focus()
         await pilot.pause()
@@ -201,13 +207,11 @@ async def test_step_mode_and_chat_in_a_session_started_from_the_chat(
         live = app.main.live
         assert live is not None
         assert chat_lines(app)[0] == "you: Write 42 to answer.txt"
+
+        # step mode from its first block: one block per press
+        await until(pilot, lambda: status.mode == "step: next genesis (s)", "the agent to wait")
         tree.focus()
         await pilot.pause()
-
-        # step mode: the agent stops at the next block and makes one block per press
-        await pilot.press("s")
-        status = app.main.query_one(StatusBar)
-        await until(pilot, lambda: status.mode.startswith("step: next"), "the agent to wait")
         session_id = live.session_id
         assert store.get_session(session_id).task == "Write 42 to answer.txt"
 
