@@ -26,33 +26,9 @@ from storage import (
     TraceStore,
     Verdict,
 )
+from tests.support.answer_task import SOLVE, TASK
 
 pytestmark = pytest.mark.timeout(300)
-
-CHECKS = """
-def check_answer(subagent):
-    try:
-        return subagent.read_file("answer.txt").strip() == "42"
-    except FileNotFoundError:
-        return False
-self.add_evaluation("check_answer", check_answer)
-"""
-
-TASK = Task(
-    name="answer",
-    title="Write the answer",
-    prompt="Read question.txt and write the answer to answer.txt.",
-    files={"question.txt": "What is six times seven?\n"},
-    checks=CHECKS,
-    check_names=("check_answer",),
-    source="test",
-)
-
-SOLVE = """def solve(subagent):
-    subagent.write_file("answer.txt", "42\\n")
-    subagent.tell_operator("I wrote 42 to answer.txt")
-    return "written"
-self.add_action("Write the answer", solve)"""
 
 HANG = """def hang(subagent):
     while True:

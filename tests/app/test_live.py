@@ -13,41 +13,16 @@ from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from agents.settings import Settings
-from agents.tasks import Task
 from app.console import ConsoleApp
 from app.screens.approval import ApprovalScreen
 from app.widgets.chat import ChatLog
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import TraceTree
 from storage import Author, NodeStatus, SessionStatus, TraceStore, Verdict
+from tests.support.answer_task import SOLVE, TASK
 
 pytestmark = pytest.mark.timeout(300)
 SIZE = (140, 44)
-
-CHECKS = """
-def check_answer(subagent):
-    try:
-        return subagent.read_file("answer.txt").strip() == "42"
-    except FileNotFoundError:
-        return False
-self.add_evaluation("check_answer", check_answer)
-"""
-
-TASK = Task(
-    name="answer",
-    title="Write the answer",
-    prompt="Read question.txt and write the answer to answer.txt.",
-    files={"question.txt": "What is six times seven?\n"},
-    checks=CHECKS,
-    check_names=("check_answer",),
-    source="test",
-)
-
-SOLVE = """def solve(subagent):
-    subagent.write_file("answer.txt", "42\\n")
-    subagent.tell_operator("I wrote 42 to answer.txt")
-    return "written"
-self.add_action("Write the answer", solve)"""
 
 
 @pytest.fixture
