@@ -417,7 +417,11 @@ def test_server_killed_mid_request_is_unreachable_quickly(
     """SIGKILL to the whole server (API process and engine) while a long request runs:
     the caller gets ServerUnreachableError within seconds, not a hang until the timeout."""
     vllm_python_or_skip()
-    with running_vllm_server(tiny_model_dir, tmp_path_factory.mktemp("vllm-kill")) as server:
+    # Two sequences at a time (the last --max-num-seqs wins): the 64 samples take tens of
+    # seconds, so the request is still running when the kill comes, even on a fast machine.
+    with running_vllm_server(
+        tiny_model_dir, tmp_path_factory.mktemp("vllm-kill"), extra_args=("--max-num-seqs", "2")
+    ) as server:
         doomed = OpenAIBackend(server.base_url, SERVED_NAME, timeout=120, max_retries=2)
         outcome: dict[str, Any] = {}
 
