@@ -238,6 +238,22 @@ def fit_context(
     return Fitted(text, collapsed, count_tokens(text))
 
 
+def block_prompt(parent_path: Sequence[Node], node: Node) -> str:
+    """The exact text a model-written block was generated after: the context up to its
+    parent (with the ticks that were collapsed then) and its forced header. The header is
+    rendered without the title the block later registers: no title was known when the
+    model began writing (`render_block` shows it, for the blocks that follow)."""
+    header = header_of(node)
+    forced = Header(header.kind, header.index, header.tick, header.timestamp)
+    return render_context(parent_path, node.meta.get("collapsed", ())) + forced.text()
+
+
+def block_completion(node: Node) -> str:
+    """What the model wrote for a block, as training data: the body and the end marker
+    it stopped at (the `#q:` line is the runtime's, not the model's)."""
+    return node.text.rstrip("\n") + "\n" + END_MARKER
+
+
 def prompt_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -506,8 +506,7 @@ class Runtime:
     def _prefix_before(self, node: Node) -> str:
         """The exact prompt `node` was written after (context and its own header)."""
         parent_path = self.path[: self.path.index(node)] if node in self.path else self.path
-        context = blocks.render_context(parent_path, node.meta.get("collapsed", ()))
-        return context + blocks.header_of(node).text()
+        return blocks.block_prompt(parent_path, node)
 
     def _run_action(self, node: Node) -> CallResult:
         def call(kernel: Kernel) -> CallResult:

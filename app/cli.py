@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
+from app.export_cli import add_export_parser
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_arguments(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve_parser(commands)
+    add_export_parser(commands)
     commands.add_parser(
         "doctor",
         help="check the sandbox, the model backend and the trace store, and say how to fix "
@@ -267,6 +269,10 @@ def run(argv: Sequence[str] | None) -> int:
         return run_doctor(settings)
     if args.command == "label":
         return run_label(args, settings)
+    if args.command == "export":
+        from app.export_cli import run_export
+
+        return run_export(args, settings)
     if args.query is not None or args.resume is not None:
         from app.headless import run_query
 

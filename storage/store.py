@@ -853,6 +853,22 @@ class TraceStore:
             rows = conn.execute(select(*cv.SESSION_COLUMNS).where(session_t.c.id.in_(wanted))).all()
         return {s.id: s for s in map(cv.to_session, rows)}
 
+    def nodes_by_id(
+        self, node_ids: Iterable[int], *, with_tokens: bool = False, chunk: int = 500
+    ) -> dict[int, d.Node]:
+        """The named nodes (those that exist), a few hundred ids per query: a dataset
+        builder's working set, without the rest of a large session."""
+        wanted = sorted(set(node_ids))
+        columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
+        found: dict[int, d.Node] = {}
+        with self._read() as conn:
+            for start in range(0, len(wanted), chunk):
+                ids = wanted[start : start + chunk]
+                for row in conn.execute(select(*columns).where(node_t.c.id.in_(ids))):
+                    node = cv.to_node(row, with_tokens)
+                    found[node.id] = node
+        return found
+
     def session_decisions(self, session_id: int) -> list[d.Decision]:
         """Every decision on a session's blocks, oldest first, in one query."""
         stmt = (

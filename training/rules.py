@@ -13,9 +13,11 @@ policy gave it (hand-built or imported trees carry statuses without decisions).
 Two readings of the design worth knowing. A path label is coarse: a block already judged
 wrong (the operator rejected or rewrote it, or it raised) is an example only by its own
 good label, never by a path label over it or an approval given before it ran. And "lies
-under a bad label" means any descendant: in the runtime's chain, where a rejected or
-failed action stays on the path, a bad label on it keeps the rest of its session out of
-SFT (a `block` label on an alternate, which has no descendants, costs nothing).
+under a bad label" means any descendant of a bad-labelled block, except where that block
+was already judged wrong: in the runtime's chain a rejected or failed action stays on the
+path, followed by the operator's feedback or the error, and the blocks after it are the
+agent's recovery. A bad label there (the label queue suggests one) marks the mistake; it
+does not throw away the rest of the session.
 """
 
 from __future__ import annotations
@@ -167,10 +169,14 @@ class SessionEvidence:
             while node_id is not None and node_id not in marks:
                 marks[node_id] = label.created_at
                 node_id = self.nodes[node_id].parent_id if node_id in self.nodes else None
-        #: nodes under (descendants of) a node labelled bad, whatever the label's scope
+        #: nodes under (descendants of) a node labelled bad, whatever the label's scope,
+        #: unless that node was already judged wrong when the agent went on: the blocks
+        #: after a rejected, rewritten or failed action were written knowing it (the
+        #: operator's feedback, the edit, the error are on the path), so the label there
+        #: marks the mistake, not the recovery.
         self.under_bad: set[int] = set()
         for node_id, label in self.labels.items():
-            if label.value is not LabelValue.BAD:
+            if label.value is not LabelValue.BAD or self.judged(self.nodes[node_id]):
                 continue
             stack = list(self.children.get(node_id, ()))
             while stack:

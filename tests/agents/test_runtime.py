@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents import blocks
-from agents.approval import ApprovalRequest, Decision
-from agents.runtime import Event, Outcome, RunOptions, Runtime
-from agents.tasks import Task
+from agents.approval import Decision
+from agents.runtime import Event, Outcome, Runtime
 from storage import (
     Actor,
     Author,
@@ -27,6 +26,7 @@ from storage import (
     Verdict,
 )
 from tests.support.answer_task import SOLVE, TASK
+from tests.support.runs import make_runtime, options
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,50 +49,6 @@ def backend(tiny_model_dir: Path) -> Iterator[object]:
 def sqlite_store(tmp_path: Path) -> Iterator[TraceStore]:
     with TraceStore(tmp_path / "traces.db") as opened:
         yield opened
-
-
-def options(**changes: object) -> RunOptions:
-    base = {
-        "candidates": 3,
-        "escalation": (2,),
-        "rank_threshold": 100.0,  # never reached: every block escalates once
-        "block_tokens": 40,
-        "temperature": 1.0,
-        "max_ticks": 1,
-        "approval": "ask",
-        "action_timeout": 10.0,
-        "seed": 7,
-    }
-    base.update(changes)
-    return RunOptions(**base)  # type: ignore[arg-type]
-
-
-def make_runtime(
-    store: TraceStore,
-    backend: object,
-    tmp_path: Path,
-    answers: list[Callable[[ApprovalRequest], Decision]] | None = None,
-    task: Task = TASK,
-    events: list[Event] | None = None,
-    **opts: object,
-) -> tuple[Runtime, list[ApprovalRequest]]:
-    asked: list[ApprovalRequest] = []
-    queue = list(answers or [])
-
-    def asker(request: ApprovalRequest) -> None:
-        asked.append(request)
-        request.future.set_result(queue.pop(0)(request) if queue else Decision.approve())
-
-    runtime = Runtime(
-        store,
-        backend,  # type: ignore[arg-type]
-        task,
-        options(**opts),
-        sessions_dir=tmp_path / "sessions",
-        listener=events.append if events is not None else None,
-        asker=asker if answers is not None else None,
-    )
-    return runtime, asked
 
 
 def siblings_of(store: TraceStore, node: Node) -> list[Node]:
@@ -192,10 +148,7 @@ def test_every_model_block_re_renders_to_its_stored_prompt(
     assert len(model_nodes) > 40
     for node in model_nodes:
         assert node.parent_id is not None
-        prefix = (
-            blocks.render_context(sqlite_store.path(node.parent_id), node.meta["collapsed"])
-            + blocks.header_of(node).text()
-        )
+        prefix = blocks.block_prompt(sqlite_store.path(node.parent_id), node)
         assert blocks.prompt_hash(prefix) == node.prompt_hash, node
     # 4 ticks of noise overflow 3,000 tokens of context: old ticks were collapsed
     assert any(node.meta["collapsed"] for node in model_nodes)

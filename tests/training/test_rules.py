@@ -156,6 +156,24 @@ def test_a_bad_label_excludes_the_block_and_everything_under_it(store: TraceStor
     assert examples(store, s.id) == []
 
 
+def test_a_bad_label_on_a_rejected_or_failed_action_keeps_the_recovery_after_it(
+    store: TraceStore,
+) -> None:
+    s = SessionBuilder(store, "recovery")
+    one = s.rejected(1)
+    two = s.failed(2)
+    three = s.executed(3)
+    store.add_label(one.more["rejected"].id, LabelValue.BAD)
+    store.add_label(two.more["failed"].id, LabelValue.BAD)
+    got = examples(store, s.id)
+    assert one.more["rejected"].id not in got and two.more["failed"].id not in got
+    # the actions that ran after the operator's feedback and after the error still count
+    assert {one.action.id, two.action.id, three.action.id} <= set(got)
+    # a bad label on a block that was not judged wrong still covers what follows it
+    store.add_label(two.action.id, LabelValue.BAD)
+    assert three.action.id not in examples(store, s.id)
+
+
 def test_a_bad_path_label_covers_the_ancestors_but_not_the_siblings(store: TraceStore) -> None:
     s = SessionBuilder(store, "bad path")
     t = s.executed(1, approve=False, alternates=2)
