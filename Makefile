@@ -27,6 +27,7 @@ bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/tui.py
 	$(BIN)/python bench/backends.py
+	$(BIN)/python bench/train.py --quick
 
 install: $(STAMP)
 

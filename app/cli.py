@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
 from app.export_cli import add_export_parser
+from app.train_cli import add_adapter_argument, add_train_parsers
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -105,9 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a request to the model server may take (default: 60)",
     )
     add_runtime_arguments(parser)
+    add_adapter_argument(model)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve_parser(commands)
     add_export_parser(commands)
+    add_train_parsers(commands)
     commands.add_parser(
         "doctor",
         help="check the sandbox, the model backend and the trace store, and say how to fix "
@@ -269,6 +272,10 @@ def run(argv: Sequence[str] | None) -> int:
         return run_doctor(settings)
     if args.command == "label":
         return run_label(args, settings)
+    if args.command in ("train", "adapters"):
+        from app.train_cli import run_adapters, run_train
+
+        return run_train(args, settings) if args.command == "train" else run_adapters(settings)
     if args.command == "export":
         from app.export_cli import run_export
 
@@ -301,7 +308,14 @@ def run(argv: Sequence[str] | None) -> int:
     from app.console import ConsoleApp
 
     with store:
-        ConsoleApp(store=store, settings=settings, task=task).run()
+        if args.adapter_name:
+            from app.train_cli import AdapterLookupError, find_adapter
+
+            try:
+                find_adapter(store, args.adapter_name)
+            except AdapterLookupError as exc:
+                return fail(str(exc), exit_codes.USAGE)
+        ConsoleApp(store=store, settings=settings, task=task, adapter=args.adapter_name).run()
     return exit_codes.OK
 
 

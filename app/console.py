@@ -24,6 +24,8 @@ from storage import TraceStore
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.tasks import Task
+    from app.screens.compare import CompareScreen
+    from storage import Job
 
 FALLBACK_THEME = "textual-dark"
 
@@ -31,11 +33,26 @@ FALLBACK_THEME = "textual-dark"
 def binding_ids() -> set[str]:
     """Every binding id the keys setting can remap, across the console's screens."""
     from app.screens.approval import ApprovalScreen
+    from app.screens.compare import CompareScreen
     from app.screens.help import HelpScreen
+    from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
     from app.screens.label import LabelScreen
+    from app.screens.train_confirm import TrainConfirmScreen
     from app.widgets.trace_tree import TraceTree
 
-    owners = (ConsoleApp, MainScreen, ApprovalScreen, LabelScreen, HelpScreen, TraceTree)
+    owners = (
+        ConsoleApp,
+        MainScreen,
+        ApprovalScreen,
+        LabelScreen,
+        HelpScreen,
+        TraceTree,
+        JobsScreen,
+        ConfirmScreen,
+        AdapterPicker,
+        TrainConfirmScreen,
+        CompareScreen,
+    )
     return {b.id for owner in owners for b in owner.BINDINGS if isinstance(b, Binding) and b.id}
 
 
@@ -59,6 +76,7 @@ class ConsoleApp(App[None]):
         start: str = "main",
         label_session: int | None = None,
         task: Task | None = None,
+        adapter: str | None = None,
     ) -> None:
         super().__init__()
         self.store = store
@@ -66,8 +84,12 @@ class ConsoleApp(App[None]):
         self.start = start
         self.label_session = label_session
         self.start_task = task
+        #: a registered adapter's name (`--adapter`), to load once the model is up
+        self.start_adapter = adapter
         self.backend: Backend | None = None
         self.model_problem: str | None = None
+        #: the A/B comparison on screen or last run; see `comparing`
+        self.comparison: CompareScreen | None = None
         self.sub_title = store.where
         # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
         self.animation_level = "none"
@@ -125,6 +147,16 @@ class ConsoleApp(App[None]):
         except BackendError as exc:
             self.call_from_thread(self.model_failed, str(exc))
             return
+        if self.start_adapter:
+            problem = self.apply_adapter(backend, self.start_adapter)
+            if problem is not None:
+                self.call_from_thread(
+                    self.notify,
+                    f"--adapter {self.start_adapter}: {problem}; the base model is in use",
+                    severity="warning",
+                    timeout=15,
+                    markup=False,
+                )
         self.call_from_thread(self.model_ready, backend)
 
     def model_ready(self, backend: Backend) -> None:
@@ -185,6 +217,99 @@ class ConsoleApp(App[None]):
 
     def action_refresh(self) -> None:
         self.main.load_sessions()
+
+    # -- training and adapters ------------------------------------------------------------
+
+    @property
+    def comparing(self) -> bool:
+        """An A/B comparison holds the model: no other session may sample from it."""
+        return self.comparison is not None and self.comparison.running.is_set()
+
+    def action_train(self, kind: str = "sft") -> None:
+        """The confirm dialog; confirming queues the job in a worker process."""
+        from agents.backends import DEFAULT_MODEL
+        from agents.settings import data_dir
+        from app.screens.train_confirm import TrainConfirmScreen
+
+        base = self.backend.model if self.backend is not None else self.settings.model
+        dialog = TrainConfirmScreen(
+            self.store, kind=kind, base_model=base or DEFAULT_MODEL, data_dir=data_dir()
+        )
+        self.push_screen(dialog, self.job_queued)
+
+    def job_queued(self, job: Job | None) -> None:
+        if job is None:
+            return
+        self.notify(
+            f"job {job.id} queued: {job.kind.value} → adapter {job.name}. j shows its progress.",
+            markup=False,
+        )
+        self.main.load_jobs()
+
+    def action_jobs(self) -> None:
+        from app.screens.jobs import JobsScreen
+
+        self.push_screen(JobsScreen(self.store))
+
+    def action_use_adapter(self) -> None:
+        from app.screens.jobs import AdapterPicker
+
+        if self.backend is None:
+            self.notify(self.no_model_reason(), severity="warning", markup=False)
+            return
+        picker = AdapterPicker(self.store, "Use adapter", self.backend.active_adapter)
+        self.push_screen(picker, lambda name: self.switch_adapter(name) if name else None)
+
+    def action_base_model(self) -> None:
+        self.switch_adapter(None)
+
+    def adapter_busy(self) -> str | None:
+        """Why the adapter cannot change now (a session samples from the model)."""
+        if self.backend is None:
+            return self.no_model_reason()
+        if self.main.live is not None:
+            return "a session is running: stop it (x) before switching the adapter"
+        if self.comparing:
+            return "an A/B comparison is running: wait for it or stop it"
+        return None
+
+    def switch_adapter(self, name: str | None) -> None:
+        """Use the registered adapter `name` (None: the base model), loading it first."""
+        busy = self.adapter_busy()
+        if busy is not None:
+            self.notify(busy, severity="warning", markup=False)
+            return
+        self.load_adapter(name)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="adapter",
+          name="loading the adapter")  # fmt: skip
+    def load_adapter(self, name: str | None) -> None:
+        backend = self.backend
+        if backend is None:
+            return
+        problem = self.apply_adapter(backend, name)
+        if problem is not None:
+            self.call_from_thread(self.notify, problem, severity="error", markup=False)
+            return
+        self.call_from_thread(self.adapter_ready, name)
+
+    def apply_adapter(self, backend: Backend, name: str | None) -> str | None:
+        """Load (once) and use the registered adapter `name`; the problem, or None.
+        Slow for a real model: from a worker."""
+        from agents.backends import BackendError
+        from storage import NotFoundError
+
+        try:
+            if name is not None and name not in backend.adapters():
+                backend.load_adapter(name, self.store.get_adapter(name).path)
+            backend.use_adapter(name)
+        except (BackendError, NotFoundError) as exc:
+            return str(exc)
+        return None
+
+    def adapter_ready(self, name: str | None) -> None:
+        self.show_model_state()
+        self.notify(f"adapter {name} in use" if name else "the base model is in use", markup=False)
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:

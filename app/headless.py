@@ -116,6 +116,15 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
                 return fail(f"session {session.id} is completed: nothing to resume", 2)
             task = task_from_snapshot(session.settings.get("task", {}))
 
+        adapter = None
+        if getattr(args, "adapter_name", None):
+            from app.train_cli import AdapterLookupError, find_adapter
+
+            try:
+                adapter = find_adapter(store, args.adapter_name)
+            except AdapterLookupError as exc:
+                return fail(str(exc), exit_codes.USAGE)
+
         from agents.backends import BackendError, open_backend
 
         print("loading the model...", file=sys.stderr, flush=True)
@@ -123,6 +132,15 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
             backend = open_backend(settings)
         except BackendError as exc:
             return fail(str(exc), exit_codes.MODEL)
+        if adapter is not None:
+            # The session records the backend's active adapter when it starts.
+            try:
+                backend.load_adapter(adapter.name, adapter.path)
+                backend.use_adapter(adapter.name)
+            except BackendError as exc:
+                backend.close()
+                return fail(str(exc), exit_codes.MODEL)
+            print(f"using adapter {adapter.name!r}", file=sys.stderr, flush=True)
         # The model's objects live as long as the run: keep them out of every full
         # collection (measured: a third less runtime overhead per tick on a CPU).
         gc.freeze()

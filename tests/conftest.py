@@ -88,6 +88,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_learner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with a trained checkpoint's final-norm scale: the same noise, but
+    logits with the range to learn something (see `build_tiny_model`'s `norm_scale`)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-learner") / "model", norm_scale=8.0)
+
+
+@pytest.fixture(scope="session")
 def tiny_adapter_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
     """A LoRA adapter for `tiny_model_dir` that changes its outputs (seed 1)."""
     return build_tiny_adapter(tiny_model_dir, tmp_path_factory.mktemp("tiny-adapter") / "a1")

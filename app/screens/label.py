@@ -79,6 +79,9 @@ class LabelCommands(ScreenCommands):
         ("label: Confirm suggestion", "confirm", "Give the suggested label"),
         ("label: Toggle scope", "toggle_scope", "Label this block, or the whole path to its tick"),
         ("label: Back", "back", "Leave the label screen"),
+        ("train: SFT on the labels", "train('sft')", "Confirm, then train an SFT adapter"),
+        ("train: DPO on the labels", "train('dpo')", "Confirm, then train a DPO adapter"),
+        ("train: Jobs", "jobs", "Training jobs: progress, loss, cancel, resume, load"),
     )
 
 
@@ -102,6 +105,8 @@ class LabelScreen(Screen[None]):
                 tooltip="Label this block, or the whole path to its tick (the next label only)"),
         Binding("escape", "back", "Back", id="label.back",
                 tooltip="Close the note, or leave the label screen"),
+        Binding("T", "train", "Train", id="label.train",
+                tooltip="Train an adapter on the labels (a confirm dialog first)"),
     ]  # fmt: skip
 
     busy: reactive[bool] = reactive(False, init=False, bindings=True)
@@ -320,6 +325,9 @@ class LabelScreen(Screen[None]):
             if item is None:
                 return False
             return None if self.busy else True
+        if action in ("train", "jobs"):
+            # The console trains; the screen on its own (in a test host) does not.
+            return hasattr(self.app, f"action_{action}")
         if action == "back":
             # Leaving would cancel a label not yet written: wait for it (a locked store
             # fails within its busy timeout, and the failure frees the key again).
@@ -392,6 +400,16 @@ class LabelScreen(Screen[None]):
     @property
     def saving(self) -> bool:
         return self.busy and self.doing != "loading"
+
+    def action_train(self, kind: str = "sft") -> None:
+        train = getattr(self.app, "action_train", None)
+        if train is not None:
+            train(kind)
+
+    def action_jobs(self) -> None:
+        jobs = getattr(self.app, "action_jobs", None)
+        if jobs is not None:
+            jobs()
 
     def action_back(self) -> None:
         if self.saving:

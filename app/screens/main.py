@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 #: How often the live session's queue is drained into the UI (seconds).
 DRAIN_EVERY = 0.05
-JOBS_EVERY = 5.0
+#: How often the status bar's training job is read (seconds).
+JOBS_EVERY = 1.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 
 
@@ -73,6 +74,12 @@ class MainCommands(ScreenCommands):
         ("label: Mark bad", "label_bad", "Label the selected block bad"),
         ("label: Undo", "undo_label", "Take back the last label given here"),
         ("chat: Message the agent", "chat", "Focus the chat input"),
+        ("train: SFT on the labels", "app.train('sft')", "Confirm, then train an SFT adapter"),
+        ("train: DPO on the labels", "app.train('dpo')", "Confirm, then train a DPO adapter"),
+        ("train: Jobs", "app.jobs", "Training jobs: progress, loss, cancel, resume, load"),
+        ("adapter: Use adapter…", "app.use_adapter", "Sample with a registered LoRA adapter"),
+        ("adapter: Base model", "app.base_model", "Sample with the base model again"),
+        ("compare: A/B base vs adapter", "compare", "Run this task with both, side by side"),
         ("help: Keys", "help", "Every key of this screen"),
     )
 
@@ -97,6 +104,27 @@ class MainScreen(Screen[None]):
         Binding("u", "undo_label", "Undo", id="main.undo_label", tooltip="Undo the last label"),
         Binding("l", "label", "Label", id="main.label", tooltip="Open the labelling queue"),
         Binding("i", "chat", "Chat", id="main.chat", tooltip="Write to the agent"),
+        Binding(
+            "T",
+            "app.train",
+            "Train",
+            id="main.train",
+            tooltip="Train an adapter on the labels (a confirm dialog first)",
+        ),
+        Binding(
+            "j",
+            "app.jobs",
+            "Jobs",
+            id="main.jobs",
+            tooltip="Training jobs: progress, loss, cancel, resume, load the adapter",
+        ),
+        Binding(
+            "A",
+            "compare",
+            "A/B",
+            id="main.compare",
+            tooltip="Run the selected session's task on the base model and an adapter",
+        ),
         Binding("escape", "tree", "Tree", id="main.tree", tooltip="Back to the tree", show=False),
         Binding("question_mark,f1", "help", "Keys", id="main.help", tooltip="Show every key"),
     ]
@@ -238,12 +266,13 @@ class MainScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="jobs")
     def load_jobs(self) -> None:
+        from training.jobs import reap_dead_jobs
+
         running = self.store.list_jobs(status="running", limit=1)
-        text = (
-            f"training {running[0].kind.value} job {running[0].id} {running[0].progress:.0%}"
-            if running
-            else ""
-        )
+        # A worker killed outright would otherwise show as training forever.
+        if running and reap_dead_jobs(self.store, running):
+            running = self.store.list_jobs(status="running", limit=1)
+        text = f"training {running[0].name} {running[0].progress:.0%}" if running else ""
         self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
 
     # -- live sessions ---------------------------------------------------------------------
@@ -274,6 +303,9 @@ class MainScreen(Screen[None]):
             return
         if backend is None:
             self.notify(self.console.no_model_reason(), severity="warning", markup=False)
+            return
+        if self.console.comparing:
+            self.notify("an A/B comparison is using the model: wait for it", markup=False)
             return
         from agents.runtime import RunOptions
         from app.live import LiveSession
@@ -435,6 +467,10 @@ class MainScreen(Screen[None]):
             return self._selected_block() is not None or None
         if action == "undo_label":
             return bool(self.given) or None
+        if action == "compare":
+            if self.console.backend is None:
+                return False  # no model, no comparison: off the footer
+            return self.live is None or None
         return True
 
     def action_step(self) -> None:
@@ -482,6 +518,11 @@ class MainScreen(Screen[None]):
         from app.screens.help import HelpScreen
 
         self.app.push_screen(HelpScreen(self))
+
+    def action_compare(self) -> None:
+        from app.screens.compare import start_comparison
+
+        start_comparison(self)
 
     def action_last(self) -> None:
         self.query_one(TraceTree).action_last()

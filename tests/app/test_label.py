@@ -14,14 +14,13 @@ import pytest
 from rich.console import Console
 from textual.app import App
 from textual.notifications import Notification, Notify
-from textual.pilot import Pilot
 from textual.widgets import Input, Static
-from textual.worker import WorkerState
 
 from app import exit_codes
 from app.screens.label import EMPTY, LabelScreen
 from storage import LabelScope, LabelValue, TraceStore
 from tests.support.label_trees import SessionBuilder, Tick
+from tests.support.pilot import settle
 from tests.support.traces import build_session
 from training.queue import PAGE_SIZE, load_queue_page
 from training.rules import count_training_data
@@ -105,21 +104,6 @@ class Two:
 @pytest.fixture
 def two(store: TraceStore) -> Two:
     return Two(store)
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    """Until no worker runs: a finished worker may have started another (a label starts
-    a recount), so one wait is not always enough."""
-    for _ in range(50):
-        await pilot.pause()
-        busy = [
-            w for w in pilot.app.workers if w.state in (WorkerState.PENDING, WorkerState.RUNNING)
-        ]
-        if not busy:
-            await pilot.pause()
-            return
-        await pilot.app.workers.wait_for_complete()
-    raise AssertionError("workers kept starting")
 
 
 def screen_of(app: App[None]) -> LabelScreen:
@@ -391,12 +375,13 @@ async def test_the_counters_follow_the_labels(store: TraceStore, two: Two) -> No
 
         await pilot.press("b")  # the rejected action: bad, a sibling of the good one
         await settle(pilot)
-        # a pair now; and the blocks under the bad one (the action that ran after the
-        # operator's feedback) are no examples any more
+        # a pair now; the action that ran after the operator's feedback stays an
+        # example (a bad label on an action already rejected marks the mistake, not the
+        # recovery after it)
         now = count_training_data(store)
-        assert now.dpo_pairs == 2 and now.sft_examples == 4
+        assert now.dpo_pairs == 2 and now.sft_examples == 5
         assert "labelled 2" in text(app, "#label-counters")
-        assert "SFT examples 4  ·  DPO pairs 2" in text(app, "#label-counters")
+        assert "SFT examples 5  ·  DPO pairs 2" in text(app, "#label-counters")
 
         await pilot.press("u")
         await settle(pilot)
@@ -481,6 +466,7 @@ async def test_every_binding_has_an_id_and_a_tooltip() -> None:
         "label.note": "n",
         "label.scope": "t",
         "label.back": "escape",
+        "label.train": "T",
     }
     assert all(getattr(b, "tooltip", "") for b in bindings.values())
 

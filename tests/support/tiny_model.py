@@ -216,10 +216,23 @@ def _publish(built: Path, folder: Path, marker: str, record: dict[str, Any]) -> 
 
 
 def build_tiny_model(
-    folder: Path, *, hidden: int = 128, layers: int = 2, heads: int = 4, seed: int = 0
+    folder: Path,
+    *,
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    norm_scale: float = 1.0,
 ) -> Path:
     """Build (or reuse if already complete in `folder`) a deterministic random-init
     Qwen2ForCausalLM + tokenizer, saved with safetensors; returns folder.
+
+    `norm_scale` sets the final RMSNorm's weights. At 1 (a fresh init) the logits can
+    never spread further than about 2.5 (the norm fixes the hidden state's length and
+    the tied embeddings are small), so no LoRA over the linear layers can make the model
+    confident of anything: every sample stays near-uniform noise. A trained checkpoint's
+    final norm is several times larger; the closed-loop training test builds the model
+    with a scale like that so what the adapter learns shows in samples.
 
     The folder loads with `AutoModelForCausalLM`/`AutoTokenizer`, vLLM (`--model folder`)
     and trl. eos is `<|im_end|>` (ChatML turn end), pad is `<|endoftext|>`."""
@@ -231,6 +244,8 @@ def build_tiny_model(
         "heads": heads,
         "seed": seed,
     }
+    if norm_scale != 1.0:
+        record["norm_scale"] = norm_scale
     if _marker_matches(folder, MODEL_MARKER, record):
         return folder
     if hidden % heads or hidden // heads < 32:
@@ -277,6 +292,8 @@ def build_tiny_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model: Any = Qwen2ForCausalLM(config)
+        with torch.no_grad():
+            model.model.norm.weight.fill_(norm_scale)
     model.to(torch.float32).eval()
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id

@@ -1,0 +1,250 @@
+"""A/B in the console: the same task on the base model and with an adapter, side by side,
+on the real tiny model with a real LoRA adapter and the real sandbox; both sessions stay
+in the store; the verdict names the side the callbacks and the evaluator prefer.
+
+Also the parts under it: `PinnedAdapter` (two sides on one backend at once, each call with
+its own adapter) and the judging rules on hand-built sessions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from textual.notifications import Notification, Notify
+from textual.widgets import RichLog, Static
+
+from agents.backends.transformers_backend import TransformersBackend
+from agents.runtime import task_snapshot
+from agents.settings import Settings
+from app.console import ConsoleApp
+from app.screens.compare import (
+    BASE,
+    TUNED,
+    CompareScreen,
+    PinnedAdapter,
+    SideSummary,
+    judge,
+    resolve_task,
+    summarize,
+)
+from app.screens.jobs import AdapterPicker
+from app.widgets.status_bar import StatusBar
+from storage import NodeStatus, SessionStatus, TraceStore
+from tests.support.answer_task import TASK
+from tests.support.label_trees import SessionBuilder
+from tests.support.pilot import plain, until
+
+pytestmark = pytest.mark.timeout(300)
+SIZE = (140, 44)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[TraceStore]:
+    with TraceStore(tmp_path / "traces.db") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path, tiny_adapter_dir: Path) -> Iterator[TransformersBackend]:
+    loaded = TransformersBackend(str(tiny_model_dir))
+    loaded.load_adapter("tuned", str(tiny_adapter_dir))
+    yield loaded
+    loaded.close()
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.all: list[Notification] = []
+
+    def __call__(self, message: object) -> None:
+        if isinstance(message, Notify):
+            self.all.append(message.notification)
+
+    def text(self) -> str:
+        return "\n".join(n.message for n in self.all)
+
+
+def settings(model: Path) -> Settings:
+    return Settings(
+        backend="transformers",
+        model=str(model),
+        approval="ask",  # the comparison runs with `auto` whatever the console's policy
+        candidates=2,
+        escalation=(),
+        block_tokens=40,
+        temperature=1.0,
+        max_ticks=1,
+        action_timeout=10.0,
+    )
+
+
+# -- the screen ------------------------------------------------------------------------------------
+
+
+async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
+    store: TraceStore, tiny_model_dir: Path, tiny_adapter_dir: Path
+) -> None:
+    store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
+    # A stored session of the task: the tree's cursor starts on it.
+    earlier = store.create_session(
+        TASK.prompt, title=TASK.title, settings={"task": task_snapshot(TASK)}
+    )
+    notes = Notes()
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
+        await pilot.press("A")
+        await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
+        picker = app.screen
+        assert isinstance(picker, AdapterPicker)
+        await until(pilot, lambda: bool(picker.adapters), "the adapters")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        assert screen.agent_task.prompt == TASK.prompt and screen.adapter == "tuned"
+        await until(pilot, lambda: screen.sides != {}, "both sides to start")
+        # While it runs the model is the comparison's: no session from the main screen.
+        assert app.comparing
+        app.main.start_session(TASK)
+        assert app.main.live is None
+        await pilot.pause()
+        assert "an A/B comparison is using the model" in notes.text()
+
+        await until(pilot, lambda: screen.verdict is not None, "the verdict", timeout=180)
+        assert not app.comparing and not screen.running.is_set()
+        assert screen.summaries is not None
+        base, tuned = screen.summaries
+        ids = {base.session_id, tuned.session_id}
+        assert len(ids) == 2 and earlier.id not in ids
+        # Both sessions are ordinary stored sessions, marked with what sampled them.
+        assert store.get_session(base.session_id).adapter is None
+        assert store.get_session(tuned.session_id).adapter == "tuned"
+        for summary in (base, tuned):
+            session = store.get_session(summary.session_id)
+            assert session.status in (SessionStatus.COMPLETED, SessionStatus.TRUNCATED)
+            assert session.settings["run"]["approval"] == "auto"
+            assert session.task == TASK.prompt
+            assert summary == summarize(store, summary.session_id)
+            # The task's check ran once per tick on each side.
+            assert summary.callbacks_total >= 1 and summary.blocks >= 1
+        # The seed is shared, so the adapter is the only difference between the sides.
+        seeds = {store.get_session(i).settings["run"]["seed"] for i in ids}
+        assert len(seeds) == 1
+        assert screen.verdict == judge(base, tuned)
+
+        verdict = plain(screen.query_one("#compare-verdict", Static))
+        assert "evaluation callbacks" in verdict and "logit evaluator" in verdict
+        assert "preferred:" in verdict
+        assert f"sessions {base.session_id} and {tuned.session_id}" in verdict
+        for key in (BASE, TUNED):
+            log = screen.query_one(f"#compare-{key} .compare-log", RichLog)
+            assert any("tick 1 action" in "".join(s.text for s in line) for line in log.lines)
+        # The console's own adapter is as it was: the sides switched only per call.
+        assert app.backend is not None and app.backend.active_adapter is None
+        assert app.main.query_one(StatusBar).adapter == ""
+
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.main
+
+
+async def test_a_b_needs_a_model_and_a_task(store: TraceStore) -> None:
+    notes = Notes()
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await pilot.pause()
+        assert app.main.check_action("compare", ()) is False  # not in the footer
+        await app.main.run_action("compare")
+        await pilot.pause()
+        assert app.screen is app.main
+        assert "no model" in notes.text()
+
+
+# -- one model, two adapters at once ------------------------------------------------------------
+
+
+def test_pinned_sides_each_use_their_own_adapter_while_running_at_once(
+    backend: TransformersBackend,
+) -> None:
+    prompts = ["#q: Is the sky blue? ", "#q: Is seven even? "]
+    backend.use_adapter(None)
+    plain_odds = backend.score_yes_no(prompts)
+    backend.use_adapter("tuned")
+    tuned_odds = backend.score_yes_no(prompts)
+    backend.use_adapter(None)
+    assert plain_odds != tuned_odds  # the adapter changes the model
+
+    lock = threading.Lock()
+    sides = {
+        None: PinnedAdapter(backend, None, lock),
+        "tuned": PinnedAdapter(backend, "tuned", lock),
+    }
+    expected = {None: plain_odds, "tuned": tuned_odds}
+    wrong: list[str] = []
+
+    def hammer(adapter: str | None) -> None:
+        side = sides[adapter]
+        for _ in range(15):
+            got = side.score_yes_no(prompts)
+            if got != pytest.approx(expected[adapter], abs=1e-4):
+                wrong.append(f"{adapter}: {got}")
+
+    threads = [threading.Thread(target=hammer, args=(a,)) for a in (None, "tuned")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    assert backend.active_adapter is None  # put back after every call
+    assert sides["tuned"].active_adapter == "tuned" and sides[None].active_adapter is None
+    assert sides["tuned"].name == "transformers" and sides["tuned"].model == backend.model
+
+
+# -- judging ---------------------------------------------------------------------------------------
+
+
+def summary(passed: int, total: int, odds: float | None) -> SideSummary:
+    return SideSummary(1, None, SessionStatus.COMPLETED, passed, total, odds, 3)
+
+
+def test_callbacks_decide_and_the_evaluator_breaks_ties() -> None:
+    verdict = judge(summary(0, 2, 1.5), summary(2, 2, -1.0))
+    assert (verdict.callbacks, verdict.evaluator, verdict.overall) == (TUNED, BASE, TUNED)
+    verdict = judge(summary(1, 2, -0.5), summary(1, 2, 0.25))
+    assert (verdict.callbacks, verdict.evaluator, verdict.overall) == (None, TUNED, TUNED)
+    verdict = judge(summary(0, 0, None), summary(0, 0, None))
+    assert verdict.overall is None
+
+
+def test_a_side_is_summarised_from_its_stored_session(store: TraceStore) -> None:
+    builder = SessionBuilder(store, "side")
+    builder.block("orientation", "# what next", tick=1, score_parts={"evaluator": 1.0})
+    parent = builder.last
+    builder.block(
+        "action", "x = 1", tick=1, status=NodeStatus.EXECUTED, score_parts={"evaluator": 2.0}
+    )
+    builder.block(
+        "action",
+        "x = 2",
+        tick=1,
+        parent=parent,
+        advance=False,
+        status=NodeStatus.ALTERNATE,
+        score_parts={"evaluator": -5.0},
+    )
+    builder.finish(1, {"check": True, "other": False})
+    builder.finish(2, {"check": "boom"})
+    result = summarize(store, builder.id)
+    assert (result.callbacks_passed, result.callbacks_total) == (1, 3)
+    # The blocks the model wrote on the path count; the alternate (off it) does not.
+    assert result.blocks == 2 and result.mean_log_odds == 1.5
+
+
+def test_the_task_of_a_stored_session() -> None:
+    assert resolve_task({"task": task_snapshot(TASK)}, TASK.prompt).checks == TASK.checks
+    assert resolve_task({}, "say hello").prompt == "say hello"
