@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -65,6 +67,8 @@ class VLLMServer:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    #: a short temporary folder of the server's own (removed on stop), see `_server_tmp`
+    tmp_dir: Path | None = None
 
     @property
     def root_url(self) -> str:
@@ -118,6 +122,8 @@ class VLLMServer:
         self._signal_group(signal.SIGKILL)
         self.process.wait(timeout=30)
         _unlink(shared)
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -200,7 +206,7 @@ def start_vllm_server(
         raise VLLMServerError(vllm_missing_reason())
     port = port or free_port()
     work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / "tmp").mkdir(exist_ok=True)
+    tmp_dir = _server_tmp()
     log_path = work_dir / f"vllm-{port}.log"
     env = dict(os.environ)
     env.update(
@@ -211,7 +217,7 @@ def start_vllm_server(
         VLLM_CACHE_ROOT=str(work_dir / "cache"),
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
-        TMPDIR=str(work_dir / "tmp"),
+        TMPDIR=str(tmp_dir),
         HF_HOME=str(work_dir / "hf"),
     )
     # The test process's venv must not leak into vLLM's interpreter.
@@ -230,13 +236,20 @@ def start_vllm_server(
             cwd=work_dir,
             start_new_session=True,
         )
-    server = VLLMServer(process=process, port=port, log_path=log_path)
+    server = VLLMServer(process=process, port=port, log_path=log_path, tmp_dir=tmp_dir)
     try:
         _wait_healthy(server, startup_timeout)
     except BaseException:
         server.stop(grace=5)
         raise
     return server
+
+
+def _server_tmp() -> Path:
+    """The server's TMPDIR. vLLM binds ZeroMQ IPC sockets there, and a socket path may not
+    exceed 107 bytes: under a long pytest folder (a long test name, a deep CI checkout)
+    the engine fails to start. So it is a fresh short folder in the system's temp."""
+    return Path(tempfile.mkdtemp(prefix="vllm-", dir=tempfile.gettempdir()))
 
 
 def _wait_healthy(server: VLLMServer, timeout: float) -> None:
