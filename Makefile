@@ -28,6 +28,7 @@ bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/tui.py
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/train.py --quick
+	$(BIN)/python bench/memory.py
 
 install: $(STAMP)
 

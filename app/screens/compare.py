@@ -325,6 +325,7 @@ class CompareScreen(Screen[None]):
             settings,
             approval="auto",
             seed=random.randrange(1 << 30),
+            memory=False,  # both sides see the same context: neither recalls the other
             max_ticks=min(settings.max_ticks, self.agent_task.max_ticks or settings.max_ticks),
         )
         lock = threading.Lock()

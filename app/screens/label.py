@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -41,6 +41,9 @@ from storage import (
 from training.queue import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
 
+if TYPE_CHECKING:
+    from app.console import SharedMemory
+
 EMPTY = "nothing left to label"
 #: Fetch the next page when the window holds this few items.
 LOW_WATER = PAGE_SIZE // 4
@@ -55,7 +58,7 @@ STATUS_STYLES = {
     NodeStatus.EDITED: "yellow",
     NodeStatus.ALTERNATE: "dim",
 }
-QUEUE_ACTIONS = ("good", "bad", "confirm", "skip", "undo", "note", "toggle_scope")
+QUEUE_ACTIONS = ("good", "bad", "confirm", "skip", "undo", "note", "toggle_scope", "similar")
 SCOPE_WORDS = {LabelScope.BLOCK: "this block", LabelScope.PATH: "the whole path to this tick"}
 
 
@@ -78,6 +81,11 @@ class LabelCommands(ScreenCommands):
         ("label: Note", "note", "Write a note that goes with the next label"),
         ("label: Confirm suggestion", "confirm", "Give the suggested label"),
         ("label: Toggle scope", "toggle_scope", "Label this block, or the whole path to its tick"),
+        (
+            "label: Similar branches…",
+            "similar",
+            "Give the unlabelled blocks most like the last one labelled the same label",
+        ),
         ("label: Back", "back", "Leave the label screen"),
         ("train: SFT on the labels", "train('sft')", "Confirm, then train an SFT adapter"),
         ("train: DPO on the labels", "train('dpo')", "Confirm, then train a DPO adapter"),
@@ -103,6 +111,9 @@ class LabelScreen(Screen[None]):
                 tooltip="Write a note that goes with the next good or bad label"),
         Binding("t", "toggle_scope", "Scope", id="label.scope",
                 tooltip="Label this block, or the whole path to its tick (the next label only)"),
+        Binding("L", "similar", "Similar", id="label.similar",
+                tooltip="List the unlabelled blocks most like the last one labelled here, "
+                "to give them the same label"),
         Binding("escape", "back", "Back", id="label.back",
                 tooltip="Close the note, or leave the label screen"),
         Binding("T", "train", "Train", id="label.train",
@@ -127,6 +138,8 @@ class LabelScreen(Screen[None]):
         #: queue items from the current one on (None until counted)
         self.left: int | None = None
         self.given: list[Given] = []
+        #: blocks labelled alike from the similar-branches screen (not undone by `u`)
+        self.alike = 0
         self.skipped = 0
         self.note: str | None = None
         self.counts: Counts | None = None
@@ -325,6 +338,10 @@ class LabelScreen(Screen[None]):
             if item is None:
                 return False
             return None if self.busy else True
+        if action == "similar":
+            if not self.given or self.memory is None:
+                return False
+            return None if self.busy else True
         if action in ("train", "jobs"):
             # The console trains; the screen on its own (in a test host) does not.
             return hasattr(self.app, f"action_{action}")
@@ -401,6 +418,40 @@ class LabelScreen(Screen[None]):
     def saving(self) -> bool:
         return self.busy and self.doing != "loading"
 
+    @property
+    def memory(self) -> SharedMemory | None:
+        """The console's retrieval memory; the screen on its own (in a test host) has none."""
+        return getattr(self.app, "memory", None)
+
+    def action_similar(self) -> None:
+        from app.screens.similar import SimilarScreen
+
+        memory = self.memory
+        if self.busy or not self.given or memory is None:
+            return
+        screen = SimilarScreen(self.store, memory, self.given[-1].label)
+        self.app.push_screen(screen, self.labelled_alike)
+
+    def labelled_alike(self, count: int | None) -> None:
+        """Back from the similar-branches screen: some queue items may be labelled now."""
+        if not count:
+            return
+        self.alike += count
+        self.recount = True
+        item = self.current
+        if item is None:
+            self.show()
+            self.count_if_needed()
+            return
+        self.start("loading")
+        self.reload_window(item.key)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="label-store",
+          name="loading the queue")  # fmt: skip
+    def reload_window(self, first: QueueKey) -> None:
+        page = load_queue_page(self.store, after=through(first), session_id=self.session_id)
+        self.app.call_from_thread(self.replace_window, page)
+
     def action_train(self, kind: str = "sft") -> None:
         train = getattr(self.app, "action_train", None)
         if train is not None:
@@ -464,7 +515,7 @@ class LabelScreen(Screen[None]):
         counts = self.counts
         text = Text.assemble(
             ("labelled ", "dim"),
-            (f"{len(self.given):,}", "bold"),
+            (f"{len(self.given) + self.alike:,}", "bold"),
             ("  ·  left ", "dim"),
             (figure(self.left), "bold"),
             ("  ·  SFT examples ", "dim"),

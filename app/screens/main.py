@@ -28,6 +28,7 @@ from app.widgets.chat import ChatLog
 from app.widgets.inspector import Inspector
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import (
+    TICK_GROUP,
     BlockEntry,
     Entry,
     SessionEntry,
@@ -47,6 +48,7 @@ from storage import (
 
 if TYPE_CHECKING:
     from agents.approval import ApprovalRequest, Decision
+    from agents.memory import Hit
     from agents.runtime import Event, Outcome
     from agents.tasks import Task
     from app.console import ConsoleApp
@@ -73,6 +75,12 @@ class MainCommands(ScreenCommands):
         ("label: Mark good", "label_good", "Label the selected block good"),
         ("label: Mark bad", "label_bad", "Label the selected block bad"),
         ("label: Undo", "undo_label", "Take back the last label given here"),
+        (
+            "label: Similar branches…",
+            "similar",
+            "Give the unlabelled blocks most like the selected one its label",
+        ),
+        ("search: Traces…", "search", "Search every stored block by meaning, jump to one"),
         ("chat: Message the agent", "chat", "Focus the chat input"),
         ("train: SFT on the labels", "app.train('sft')", "Confirm, then train an SFT adapter"),
         ("train: DPO on the labels", "app.train('dpo')", "Confirm, then train a DPO adapter"),
@@ -103,6 +111,20 @@ class MainScreen(Screen[None]):
         Binding("b", "label_bad", "Bad", id="main.label_bad", tooltip="Label the block bad"),
         Binding("u", "undo_label", "Undo", id="main.undo_label", tooltip="Undo the last label"),
         Binding("l", "label", "Label", id="main.label", tooltip="Open the labelling queue"),
+        Binding(
+            "L",
+            "similar",
+            "Similar",
+            id="main.similar",
+            tooltip="List the unlabelled blocks most like this labelled one, to label them alike",
+        ),
+        Binding(
+            "slash",
+            "search",
+            "Search",
+            id="main.search",
+            tooltip="Search every stored block by meaning; enter jumps to it",
+        ),
         Binding("i", "chat", "Chat", id="main.chat", tooltip="Write to the agent"),
         Binding(
             "T",
@@ -140,8 +162,9 @@ class MainScreen(Screen[None]):
         #: step mode asked for before a session runs: the next session starts in it
         self.armed: str | None = None
         self._drainer: Timer | None = None
-        #: a block is highlighted (g and b apply): the footer is refreshed when that changes
-        self.block_highlighted = False
+        #: a block is highlighted (g and b apply), and whether it has a label (L applies):
+        #: the footer is refreshed when that changes
+        self.block_highlighted: tuple[bool, bool] = (False, False)
 
     @property
     def console(self) -> ConsoleApp:
@@ -219,9 +242,12 @@ class MainScreen(Screen[None]):
     @on(Tree.NodeHighlighted)
     def show_entry(self, event: Tree.NodeHighlighted[Entry]) -> None:
         self.show_selected(event.node.data)
-        on_block = isinstance(event.node.data, BlockEntry)
-        if on_block != self.block_highlighted:
-            self.block_highlighted = on_block
+        self.footer_for_selection()
+
+    def footer_for_selection(self, *, force: bool = False) -> None:
+        now = (self._selected_block() is not None, self._selected_label() is not None)
+        if force or now != self.block_highlighted:
+            self.block_highlighted = now
             self.refresh_bindings()
 
     def show_selected(self, entry: Entry) -> None:
@@ -467,6 +493,8 @@ class MainScreen(Screen[None]):
             return self._selected_block() is not None or None
         if action == "undo_label":
             return bool(self.given) or None
+        if action == "similar":
+            return self._selected_label() is not None
         if action == "compare":
             if self.console.backend is None:
                 return False  # no model, no comparison: off the footer
@@ -527,6 +555,25 @@ class MainScreen(Screen[None]):
     def action_last(self) -> None:
         self.query_one(TraceTree).action_last()
 
+    def action_search(self) -> None:
+        from app.screens.search import SearchScreen
+
+        self.app.push_screen(SearchScreen(self.store, self.console.memory), self.jump_to_hit)
+
+    def jump_to_hit(self, hit: Hit | None) -> None:
+        if hit is not None:
+            self.reveal(hit.session_id, hit.node_id)
+
+    def action_similar(self) -> None:
+        from app.screens.similar import SimilarScreen
+
+        label = self._selected_label()
+        if label is None:
+            self.notify("select a labelled block first", severity="warning", markup=False)
+            return
+        screen = SimilarScreen(self.store, self.console.memory, label)
+        self.app.push_screen(screen, self.labels_changed)
+
     def action_label(self) -> None:
         from app.screens.label import LabelScreen
 
@@ -564,6 +611,13 @@ class MainScreen(Screen[None]):
             return node.data.node
         return None
 
+    def _selected_label(self) -> Label | None:
+        node = self._selected_block()
+        if node is None:
+            return None
+        trace = self.query_one(TraceTree).traces.get(node.session_id)
+        return trace.labels.get(node.id) if trace is not None else None
+
     def action_label_good(self) -> None:
         self._label(LabelValue.GOOD)
 
@@ -588,7 +642,7 @@ class MainScreen(Screen[None]):
         tree.set_labels(node.session_id, labels)
         if tree.cursor_node is not None:
             self.show_selected(tree.cursor_node.data)
-        self.refresh_bindings()
+        self.footer_for_selection(force=True)
 
     def action_undo_label(self) -> None:
         if self.given:
@@ -616,6 +670,65 @@ class MainScreen(Screen[None]):
             tree.set_labels(session_id, labels)
         if tree.cursor_node is not None:
             self.show_selected(tree.cursor_node.data)
+        self.footer_for_selection()
+
+    # -- jumping to a block ----------------------------------------------------------------
+
+    def reveal(self, session_id: int, node_id: int) -> None:
+        """Select block `node_id` in the tree (so the block view and inspector show it),
+        opening its session, tick group and tick; the session is read first if needed."""
+        tree = self.query_one(TraceTree)
+        if session_id in tree.traces and session_id in tree.session_nodes:
+            self.select_block(session_id, node_id)
+        else:
+            self.load_for_reveal(session_id, node_id, session_id not in tree.session_nodes)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reveal",
+          name="opening the session")  # fmt: skip
+    def load_for_reveal(self, session_id: int, node_id: int, listed: bool) -> None:
+        session = self.store.get_session(session_id)
+        trace = SessionTrace(
+            session,
+            labels=self.store.session_labels(session_id),
+            evaluations=self.store.session_evaluation_marks(session_id),
+        )
+        for node in self.store.tree(session_id):
+            trace.add(node)
+        self.app.call_from_thread(self.show_for_reveal, trace, node_id, listed)
+
+    def show_for_reveal(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
+        tree = self.query_one(TraceTree)
+        session_id = trace.session.id
+        if listed:
+            tree.add_session(trace.session)  # older than the sessions listed
+        if session_id not in tree.traces:
+            tree.show_trace(trace)
+        self.select_block(session_id, node_id)
+
+    def select_block(self, session_id: int, node_id: int) -> None:
+        tree = self.query_one(TraceTree)
+        trace = tree.traces.get(session_id)
+        node = trace.nodes.get(node_id) if trace is not None else None
+        if trace is None or node is None:
+            self.notify(f"block #{node_id} is not in the store", severity="warning")
+            return
+        tree.session_nodes[session_id].expand()
+        if trace.grouped:
+            group = node.tick // TICK_GROUP
+            if group not in trace.filled_groups:
+                tree.fill_group(trace, group)
+            trace.tree_groups[group].expand()
+        if node.tick not in trace.filled:
+            tree.fill_tick(trace, node.tick)
+        trace.tree_ticks[node.tick].expand()
+        target = trace.tree_blocks[node_id]
+        if target.parent is not None:
+            target.parent.expand()  # a candidate that lost sits under the one that won
+        # New lines have no line number until the tree's lines are rebuilt (reading
+        # last_line rebuilds them): moving before that would land on line 0.
+        if tree.last_line >= 0:
+            tree.move_cursor(target, animate=False)
+        tree.focus()
 
 
 def session_summary(session: Session) -> Group:

@@ -467,6 +467,7 @@ async def test_every_binding_has_an_id_and_a_tooltip() -> None:
         "label.scope": "t",
         "label.back": "escape",
         "label.train": "T",
+        "label.similar": "L",
     }
     assert all(getattr(b, "tooltip", "") for b in bindings.values())
 

@@ -69,6 +69,8 @@ class VLLMServer:
     log_path: Path
     #: a short temporary folder of the server's own (removed on stop), see `_server_tmp`
     tmp_dir: Path | None = None
+    #: when `kill` sent its SIGKILLs (monotonic; it then waits for the resource tracker)
+    killed_at: float | None = None
 
     @property
     def root_url(self) -> str:
@@ -101,6 +103,7 @@ class VLLMServer:
             else:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        self.killed_at = time.monotonic()
         self.process.wait(timeout=30)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and any(
