@@ -245,6 +245,24 @@ def iter_rows(
             report.sessions += 1
 
 
+def _prompted(
+    view: _SessionView, node_ids: Iterable[int], session_id: int, report: BuildReport
+) -> Iterator[tuple[Node, str]]:
+    """Each block with its checked prompt, one row each in `report`; a block whose prompt
+    no longer matches its hash goes to the report's mismatches instead."""
+    report.blocks_read += len(view.nodes)
+    for node_id in node_ids:
+        node = view.nodes[node_id]
+        try:
+            prompt, checked = view.prompt(node)
+        except PromptMismatchError as exc:
+            report.mismatches.append(Mismatch(session_id, node_id, str(exc)))
+            continue
+        report.rows += 1
+        report.unchecked += not checked
+        yield node, prompt
+
+
 def _session_sft(
     store: TraceStore,
     evidence: SessionEvidence,
@@ -257,16 +275,7 @@ def _session_sft(
     if not ids:
         return
     view = _SessionView(store, evidence, ids, tokens=False)
-    report.blocks_read += len(view.nodes)
-    for node_id in ids:
-        node = view.nodes[node_id]
-        try:
-            prompt, checked = view.prompt(node)
-        except PromptMismatchError as exc:
-            report.mismatches.append(Mismatch(session_id, node_id, str(exc)))
-            continue
-        report.rows += 1
-        report.unchecked += not checked
+    for node, prompt in _prompted(view, ids, session_id, report):
         yield _sft_row(prompt, node, chat)
 
 
@@ -322,22 +331,13 @@ def _session_tokens(
         return
     status = store.get_session(session_id).status.value
     view = _SessionView(store, evidence, wanted, tokens=True)
-    report.blocks_read += len(view.nodes)
-    for node_id in sorted(wanted):
-        node = view.nodes[node_id]
-        try:
-            prompt, checked = view.prompt(node)
-        except PromptMismatchError as exc:
-            report.mismatches.append(Mismatch(session_id, node_id, str(exc)))
-            continue
+    for node, prompt in _prompted(view, sorted(wanted), session_id, report):
         label = None
-        if evidence.tainted(node_id):
+        if evidence.tainted(node.id):
             label = "bad"
-        elif evidence.good_label_at(node_id) is not None:
+        elif evidence.good_label_at(node.id) is not None:
             label = "good"
-        report.rows += 1
-        report.unchecked += not checked
-        yield _token_row(prompt, node, tokenize, status, label, node_id in examples)
+        yield _token_row(prompt, node, tokenize, status, label, node.id in examples)
 
 
 def write_jsonl(
