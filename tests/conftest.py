@@ -9,13 +9,15 @@ skip, unless `AGENT_CONSOLE_REQUIRE_PG=1` (CI), which turns the skip into a fail
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from storage import TraceStore
@@ -50,11 +52,32 @@ def pg_url() -> Iterator[str]:
         try:
             yield url.set(database=name).render_as_string(hide_password=False)
         finally:
-            with admin.connect() as conn:
-                # FORCE: a connection a failed test left open must not keep the database.
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            _drop_database(admin, name)
     finally:
         admin.dispose()
+
+
+def _drop_database(admin: Engine, name: str) -> None:
+    """Drop a test database even if a failed test left a connection open to it.
+
+    FORCE terminates other sessions, but it needs pg_signal_backend to terminate an autovacuum
+    worker that happens to be in the new database; plain DROP DATABASE stops autovacuum by
+    itself, so that is the fallback (retried, since a worker can start again meanwhile).
+    """
+    for attempt in range(5):
+        with admin.connect() as conn:
+            try:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                return
+            except ProgrammingError:
+                pass
+            try:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+                return
+            except OperationalError:
+                if attempt == 4:
+                    raise
+        time.sleep(0.5)
 
 
 @pytest.fixture
