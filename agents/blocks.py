@@ -1,13 +1,13 @@
 """Blocks and their rendering: the trace as one text document, as weave-agent writes it.
 
-A block is rendered as a header the runtime writes (a forced prefix when the model writes
-the block), the body, an optional `#q:` line with the evaluator's verdict, and
+A block is rendered exactly as weave-agent's `render_block.py` renders its event-trace
+dicts: the header the runtime writes (a forced prefix when the model writes the block),
+a blank line, the body, an optional `#q:` line with the evaluator's verdict, and
 `#endblock`::
 
     #startblock type: action
     #index 17
     #timestamp 1740912854.13
-    #tick 4
 
     def action_check_key(subagent):
         ...
@@ -15,11 +15,15 @@ the block), the body, an optional `#q:` line with the evaluator's verdict, and
     #q: Is this action likely to make progress on the task? Yes. (81.2%)
     #endblock
 
-Rendering is a pure function of the stored nodes: the `#q:` line prints the stored
-log-odds (weave-agent re-samples it on every render), and the header's index and
-timestamp are stored in the node's metadata when the block starts. The same tree
-therefore renders to the same bytes, which is what lets training re-create the exact
-prompt a block was written after (`prompt_hash`).
+Every node is first turned into weave-agent's block dict (`to_weave`: a block imported
+from weave-agent gives back the dict it came from, field for field), and the dict is
+rendered (`render_weave`). So our context, our export and weave-agent's renderer agree,
+except on the `#q:` lines, where we differ on purpose: the evaluator's line prints the
+stored log-odds deterministically (weave-agent draws the Yes/No answer at random on every
+render), and the "did it run without errors" line weave-agent adds once a block's code
+has run is left out (it changes a block after later blocks were written after it). The
+same tree therefore renders to the same bytes, which is what lets training re-create the
+exact prompt a block was written after (`prompt_hash`).
 
 Over the context budget the oldest ticks collapse to one line each; which ticks were
 collapsed is stored with every model-written block, so the prompt can be re-rendered
@@ -30,10 +34,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from storage import Node
@@ -58,6 +63,9 @@ OPTION = "option"
 OBSERVATION_INFERENCE = "observation-inference"
 EVALUATION = "evaluation"
 OUTCOME = "outcome"
+# Kinds only weave-agent writes (they arrive in imported traces).
+BOOTSTRAP = "bootstrap"
+TASK_INFERENCE = "task-inference"
 
 MODEL_KINDS = frozenset(
     {ORIENTATION, ACTION, BACKTRACK, DEBUG, EXPECTATION, OBSERVATION_INFERENCE, EVALUATION}
@@ -74,6 +82,48 @@ STOP = (END_MARKER, "#startblock", "\n#q:")
 
 ERROR_WARNING = "# WARNING: Error means last callback was not fully executed"
 
+#: Where weave-agent's older traces kept a block's text, by block type, before `body`.
+LEGACY_BODY_KEYS: Mapping[str, str] = {
+    GENESIS: "program",
+    BOOTSTRAP: "program",
+    OBSERVATION: "content",
+    ORIENTATION: "program",
+    TASK_INFERENCE: "program",
+    ACTION: "program",
+    EXPECTATION: "program",
+    OBSERVATION_INFERENCE: "program",
+    EVALUATION: "program",
+    TASK_REMINDER: "task",
+    ERROR: "message",
+}
+
+#: weave-agent's `#block_size` header: the token budget its model was told it had.
+BLOCK_SIZES: Mapping[str, int] = {"full": 768, "half": 384, "quarter": 192}
+
+#: Kinds weave-agent renders as header, body and footer (others: the dict's repr).
+_PLAIN_KINDS = frozenset(
+    {
+        GENESIS,
+        ACTION,
+        EXPECTATION,
+        OBSERVATION_INFERENCE,
+        EVALUATION,
+        DEBUG,
+        BACKTRACK,
+        ORIENTATION,
+        TASK_INFERENCE,
+        TASK_REMINDER,
+        ERROR,
+        BOOTSTRAP,
+    }
+)
+
+#: The block dict's key for what we keep and weave-agent has no field for (the tick, who
+#: wrote the block, its status, the parts of its score); weave-agent ignores it.
+EXTENSION_KEY = "agent_console"
+#: The node metadata key under which a block imported from weave-agent keeps its dict.
+WEAVE_META = "weave"
+
 
 @dataclass(frozen=True, slots=True)
 class Header:
@@ -83,19 +133,19 @@ class Header:
     timestamp: float
     title: str | None = None
 
+    def weave(self) -> dict[str, Any]:
+        block: dict[str, Any] = {
+            "type": self.kind,
+            "index": self.index,
+            "timestamp": round(self.timestamp, 2),
+        }
+        if self.kind == OBSERVATION:
+            block["title"] = self.title or ""
+        return block
+
     def text(self) -> str:
         """The header lines and the blank line the body starts after."""
-        lines = [
-            f"#startblock type: {self.kind}",
-            f"#index {self.index}",
-            f"#timestamp {self.timestamp:.2f}",
-            f"#tick {self.tick}",
-        ]
-        if self.title is not None:
-            lines.append(f"#title {one_line(self.title)}")
-        if self.kind == ERROR:
-            lines.append(ERROR_WARNING)
-        return "\n".join(lines) + "\n\n"
+        return render_header(self.weave()) + "\n"
 
     def meta(self) -> dict[str, object]:
         """What a node stores so its header renders again byte for byte."""
@@ -103,17 +153,6 @@ class Header:
         if self.title is not None:
             meta["title"] = self.title
         return meta
-
-
-def header_of(node: Node) -> Header:
-    meta = node.meta
-    return Header(
-        kind=node.kind,
-        index=int(meta.get("index", 0)),
-        tick=node.tick,
-        timestamp=float(meta.get("timestamp", 0.0)),
-        title=meta.get("title"),
-    )
 
 
 def one_line(text: str) -> str:
@@ -132,21 +171,159 @@ def q_line(question: str, log_odds: float) -> str:
 
 def comment_lines(text: str) -> str:
     """A runtime-written body as `# ` comment lines (observations are shown this way)."""
-    return "".join(f"# {line}".rstrip() + "\n" for line in text.split("\n"))
+    return "".join(f"# {line}\n" for line in text.split("\n"))
+
+
+# -- weave-agent's block dicts -------------------------------------------------------------
+
+
+def weave_body(block: Mapping[str, Any]) -> Any:
+    """A block dict's text, wherever its trace's vintage kept it (None when it has none)."""
+    if "body" in block:
+        return block["body"]
+    legacy = LEGACY_BODY_KEYS.get(str(block.get("type")))
+    return block.get(legacy) if legacy is not None else None
+
+
+def render_header(block: Mapping[str, Any]) -> str:
+    """weave-agent's header lines for a block dict, each ending in a newline."""
+    kind = block.get("type")
+    lines = []
+    if "subagent" in block:
+        lines.append(f"#subagent {block['subagent']}\n")
+    lines.append(f"#startblock type: {kind}\n")
+    for key, label in (("index", "#index"), ("timestamp", "#timestamp")):
+        if key in block:
+            lines.append(f"{label} {block[key]}\n")
+    if "time_remaining" in block:
+        lines.append(f"#time_remaining {block['time_remaining']} seconds\n")
+    if "block_size" in block:
+        size = block["block_size"]
+        if size in BLOCK_SIZES:
+            lines.append(f"#block_size I have {BLOCK_SIZES[size]} tokens ({size}) to write with\n")
+        else:  # weave-agent writes this line without its newline
+            lines.append("#block_size [INVALID BLOCKSIZE GIVEN] (How did that happen?)")
+    if "bm25_query" in block:
+        lines.append(f"#bm25_query {block['bm25_query']}\n")
+    meta = block.get("metadata")
+    if kind == OBSERVATION:
+        lines.append(f"#title {block.get('title', '')}\n")
+    elif kind == ORIENTATION and isinstance(meta, Mapping):
+        lines.append(f"# Starting new tick with block #{meta.get('block_index')}\n")
+        lines.append(f"# Current Working Directory: {meta.get('working_directory')}\n")
+    elif kind == TASK_INFERENCE and isinstance(meta, Mapping):
+        lines.append(f"# Current Task: ({meta.get('task_id')}) {meta.get('task_title')}\n")
+        lines.append(f"# Task Status: ({meta.get('task_status')}) {meta.get('task_explanation')}\n")
+    elif kind == ERROR:
+        lines.append(ERROR_WARNING + "\n")
+    return "".join(lines)
+
+
+def _score(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def render_weave(block: Mapping[str, Any]) -> str:
+    """One block dict rendered as weave-agent's `render_block` renders it, except for the
+    `#q:` lines: the evaluator's is deterministic (`q_line`), and the one weave-agent adds
+    to a block that ran ("Will this callback run successfully? Yes.", a phrasing drawn at
+    random) is left out, because it would change a block's rendering after the blocks
+    that follow it were written, and their prompts must stay what they were."""
+    kind = block.get("type")
+    if kind == OPTION:
+        return q_line(str(block.get("q", "")), _score(block.get("score"))) + "\n"
+    footer = ""
+    if "score" in block and block.get("q"):
+        footer += "\n" + q_line(str(block["q"]), _score(block["score"]))
+    tags = block.get("tags")
+    if tags is not None:
+        words = tags if isinstance(tags, list | tuple) else [tags]
+        footer += "\n#tags: " + " ".join(str(tag) for tag in words)
+    footer += "\n" + END_MARKER + "\n"
+    header = render_header(block)
+    body = weave_body(block)
+    if kind == OBSERVATION:
+        text = body if isinstance(body, str) else repr(body)
+        return header + "\n" + comment_lines(text) + footer
+    if kind == OUTCOME:
+        return header + "\n" + outcome_table(block.get("table") or ()) + footer
+    if kind in _PLAIN_KINDS:
+        text = body if isinstance(body, str) else repr(body)
+        if kind == BOOTSTRAP:
+            footer += (
+                "# END OF DEMO. Starting on the next tick you have\n# full control. Wake up.\n"
+            )
+        return header + "\n" + text + footer
+    return header + repr(dict(block)) + footer
+
+
+def block_hash(block: Mapping[str, Any]) -> str:
+    """A block dict's identity: the hash of its canonical JSON."""
+    canonical = json.dumps(block, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def to_weave(node: Node) -> dict[str, Any]:
+    """The node as weave-agent's block dict.
+
+    A block imported from weave-agent gives back the dict it came from (its fields, in
+    their order, its body under the key its trace used). Our own blocks give
+    weave-agent's fields they have (type, body, index, timestamp, title, q, score, an
+    `outcome` once code ran, an outcome block's `table`) and, under `EXTENSION_KEY`, what
+    weave-agent has no field for.
+    """
+    imported = node.meta.get(WEAVE_META)
+    if isinstance(imported, Mapping) and isinstance(imported.get("block"), str):
+        block = json.loads(imported["block"])
+        if imported.get("body_key"):
+            block[imported["body_key"]] = node.text
+        return block
+    meta = node.meta
+    block: dict[str, Any] = {"type": node.kind}
+    if node.kind != OUTCOME:
+        block["body"] = node.text.rstrip("\n")
+    for key in ("index", "timestamp"):
+        if key in meta:
+            block[key] = meta[key]
+    if node.kind == OBSERVATION:
+        block["title"] = meta.get("title") or ""
+    log_odds = node.score_parts.get("evaluator")
+    if meta.get("q") and log_odds is not None:
+        block["q"] = meta["q"]
+        block["score"] = log_odds
+    if node.kind in CODE_KINDS and "ok" in meta:
+        block["outcome"] = {
+            "id": meta.get("index"),
+            "body": block["body"],
+            "error": None if meta["ok"] else (meta.get("error") or "failed"),
+            "result": meta.get("result"),
+        }
+    if node.kind == OUTCOME:
+        table = meta.get("table")
+        block["table"] = table if isinstance(table, list) else parse_outcome_table(node.text)
+    extension: dict[str, Any] = {
+        "tick": node.tick,
+        "author": node.author.value,
+        "status": node.status.value,
+    }
+    if node.score is not None:
+        extension["score"] = node.score
+    if node.score_parts:
+        extension["score_parts"] = dict(node.score_parts)
+    if node.truncated:
+        extension["truncated"] = True
+    if node.kind != OBSERVATION and meta.get("title"):
+        extension["title"] = meta["title"]
+    block[EXTENSION_KEY] = extension
+    return block
 
 
 def render_block(node: Node) -> str:
     """One stored block as the model sees it in its context."""
-    question = node.meta.get("q")
-    log_odds = node.score_parts.get("evaluator")
-    if node.kind == OPTION:
-        return q_line(str(question), float(log_odds if log_odds is not None else 0.0)) + "\n"
-    header = header_of(node).text()
-    body = comment_lines(node.text) if node.kind == OBSERVATION else node.text.rstrip("\n") + "\n"
-    footer = ""
-    if question and log_odds is not None:
-        footer = q_line(str(question), float(log_odds)) + "\n"
-    return header + body + footer + END_MARKER + "\n"
+    return render_weave(to_weave(node))
 
 
 def tick_summary(tick: int, nodes: Sequence[Node]) -> str:
@@ -240,18 +417,17 @@ def fit_context(
 
 def block_prompt(parent_path: Sequence[Node], node: Node) -> str:
     """The exact text a model-written block was generated after: the context up to its
-    parent (with the ticks that were collapsed then) and its forced header. The header is
-    rendered without the title the block later registers: no title was known when the
-    model began writing (`render_block` shows it, for the blocks that follow)."""
-    header = header_of(node)
-    forced = Header(header.kind, header.index, header.tick, header.timestamp)
-    return render_context(parent_path, node.meta.get("collapsed", ())) + forced.text()
+    parent (with the ticks that were collapsed then) and its forced header."""
+    header = render_header(to_weave(node)) + "\n"
+    return render_context(parent_path, node.meta.get("collapsed", ())) + header
 
 
 def block_completion(node: Node) -> str:
-    """What the model wrote for a block, as training data: the body and the end marker
-    it stopped at (the `#q:` line is the runtime's, not the model's)."""
-    return node.text.rstrip("\n") + "\n" + END_MARKER
+    """What the model wrote for a block, as training data: the body as the context shows
+    it and the end marker it stopped at (the `#q:` line is the runtime's, not the
+    model's)."""
+    body = weave_body(to_weave(node))
+    return (body if isinstance(body, str) else repr(body)) + "\n" + END_MARKER
 
 
 def prompt_hash(text: str) -> str:
@@ -290,9 +466,28 @@ def registered_titles(code: str, method: str) -> list[str]:
     return titles
 
 
-def outcome_table(rows: Sequence[tuple[str, str]]) -> str:
-    """The outcome block's body: each program (action or evaluation) and its result."""
-    lines = ["Evaluation Results:", "--------------------"]
-    for program, result in rows:
-        lines += [f"Program: {program}", f"Result: {result}", "--------------------"]
-    return "\n".join(lines)
+def outcome_table(rows: Iterable[Any]) -> str:
+    """The outcome block's body as weave-agent writes it: each program (the action, then
+    each evaluation) and its result."""
+    text = "Evaluation Results:\n--------------------\n"
+    for row in rows:
+        program, result = _row(row)
+        text += f"Program: {program}\nResult: {result}\n--------------------\n"
+    return text
+
+
+def _row(row: Any) -> tuple[Any, Any]:
+    if isinstance(row, list | tuple) and len(row) == 2:
+        return row[0], row[1]
+    return row, None
+
+
+def parse_outcome_table(text: str) -> list[list[str]]:
+    """The rows of an `outcome_table` text (for blocks stored before the rows were)."""
+    rows: list[list[str]] = []
+    for chunk in text.split("--------------------\n")[1:]:
+        if not chunk.startswith("Program: ") or "\nResult: " not in chunk:
+            continue
+        program, _, result = chunk[len("Program: ") :].partition("\nResult: ")
+        rows.append([program, result.removesuffix("\n").removesuffix("\n--------------------")])
+    return rows

@@ -712,6 +712,7 @@ class Runtime:
                     **header.meta(),
                     "q": ranking.OUTCOME_QUESTION,
                     "collapsed": collapsed,
+                    "table": [list(row) for row in rows],
                     "passed": passed,
                     "total": len(results),
                     "task_passed": self.task_passed[0],

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
 from app.export_cli import add_export_parser
+from app.weave_cli import add_import_parser
 from app.memory_cli import add_memory_parser
 from app.train_cli import add_adapter_argument, add_train_parsers
 
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve_parser(commands)
     add_export_parser(commands)
+    add_import_parser(commands)
     add_memory_parser(commands)
     add_train_parsers(commands)
     commands.add_parser(
@@ -287,6 +289,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.export_cli import run_export
 
         return run_export(args, settings)
+    if args.command == "import":
+        from app.weave_cli import run_import
+
+        return run_import(args, settings)
     if args.command == "memory":
         from app.memory_cli import run_memory
 

@@ -1,4 +1,5 @@
-"""`agent-console export {sft,dpo,tokens}`: the labels' training data as JSON lines."""
+"""`agent-console export {sft,dpo,tokens}`: the labels' training data as JSON lines; `export
+weave SESSION --out DIR`: a session in weave-agent's trace format (app/weave_cli.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ KINDS = {
     "dpo": "DPO pairs: prompt/chosen/rejected rows (trl's DPOTrainer loads them as they are)",
     "tokens": "token-exact samples for RL trainers: prompt and completion ids, logprobs, "
     "loss mask, the session's status and the block's label",
+    "weave": "one session in weave-agent's format: SESSION's event_trace_*.json and its "
+    "rendering, in the --out folder",
 }
 
 
@@ -31,10 +34,23 @@ def add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     export.add_argument(
         "dataset",
         choices=tuple(KINDS),
-        metavar="{sft,dpo,tokens}",
+        metavar="{sft,dpo,tokens,weave}",
         help="; ".join(f"{name}: {what}" for name, what in KINDS.items()),
     )
-    export.add_argument("--out", required=True, metavar="FILE.jsonl", help="file to write")
+    export.add_argument(
+        "session_ref", nargs="?", metavar="SESSION", help="for `weave`: the session's id"
+    )
+    export.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE.jsonl|DIR",
+        help="file to write (for `weave`: the folder)",
+    )
+    export.add_argument(
+        "--alternates",
+        action="store_true",
+        help="for `weave`: list each block's alternates as weave-agent's `candidates`",
+    )
     export.add_argument(
         "--since",
         metavar="DATE",
@@ -65,6 +81,17 @@ def fail(message: str, code: int) -> int:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
+    if args.dataset == "weave":
+        from app.weave_cli import run_export_weave
+
+        return run_export_weave(args, settings)
+    if args.session_ref is not None:
+        return fail(
+            f"a SESSION goes with `export weave`; for {args.dataset} use --session ID",
+            exit_codes.USAGE,
+        )
+    if args.alternates:
+        return fail("--alternates goes with `export weave`", exit_codes.USAGE)
     from training.datasets import parse_since
 
     since = None

@@ -182,6 +182,17 @@ class TraceStore:
             rows = conn.execute(stmt.limit(limit).offset(offset)).all()
         return [cv.to_session(r) for r in rows]
 
+    def sessions_with_setting(self, key: str, field: str, value: str) -> list[d.Session]:
+        """The sessions whose settings hold `value` at `settings[key][field]` (oldest first):
+        how an import finds the session a trace was imported into before."""
+        stmt = (
+            select(*cv.SESSION_COLUMNS)
+            .where(session_t.c.settings[key][field].as_string() == value)
+            .order_by(session_t.c.id)
+        )
+        with self._read() as conn:
+            return [cv.to_session(r) for r in conn.execute(stmt)]
+
     def set_session_status(self, session_id: int, status: d.SessionStatus | str) -> None:
         value = _enum(d.SessionStatus, status).value
         with self._write() as conn:

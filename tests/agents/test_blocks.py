@@ -44,7 +44,7 @@ def _add(
 def test_action_block_renders_like_weave_agent() -> None:
     header = _header("action", 17, 4)
     assert header.text() == (
-        "#startblock type: action\n#index 17\n#timestamp 1740912854.13\n#tick 4\n\n"
+        "#startblock type: action\n#index 17\n#timestamp 1740912854.13\n\n"
     )
 
 
@@ -96,7 +96,7 @@ def test_render_of_each_kind(store: TraceStore) -> None:
     )
     nodes = {n.id: n for n in store.tree(session)}
     assert blocks.render_block(nodes[obs]).endswith(
-        "#tick 1\n#title Files\n\n# line one\n# line two\n#endblock\n"
+        "#timestamp 1740912854.13\n#title Files\n\n# line one\n# line two\n\n#endblock\n"
     )
     rendered = blocks.render_block(nodes[act])
     assert rendered.startswith("#startblock type: action\n#index 2\n")

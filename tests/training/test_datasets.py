@@ -85,7 +85,7 @@ def test_sft_rows_are_the_exact_prompts_the_model_saw(
         node = sqlite_store.get_node(row["node_id"])
         # the hash was taken of the prefix handed to backend.generate at sampling time
         assert blocks.prompt_hash(row["prompt"]) == node.prompt_hash
-        assert row["prompt"].endswith(f"#tick {node.tick}\n\n")
+        assert row["prompt"].endswith(f"#timestamp {node.meta['timestamp']}\n\n")
         assert row["completion"] == node.text.rstrip("\n") + "\n#endblock"
     # never runtime-written blocks, never the model's original the operator replaced
     assert all(sqlite_store.get_node(i).author is not Author.RUNTIME for i in by_id)

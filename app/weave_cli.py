@@ -1,0 +1,110 @@
+"""`agent-console import weave PATH...` and `agent-console export weave SESSION --out DIR`:
+weave-agent's event traces in and out of the trace store (see agents/weave.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from app import exit_codes
+
+if TYPE_CHECKING:
+    from agents.settings import Settings
+    from storage import TraceStore
+
+
+def add_import_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    imports = commands.add_parser(
+        "import",
+        help="import weave-agent's event traces as sessions to browse, label and train on",
+        description="Import weave-agent event traces (event_trace_*.json; also the gzipped "
+        "JSON-lines shards of traces2shards.py) into the trace store: each trace becomes a "
+        "session, its blocks nodes in tick order, outcomes evaluation rows. Importing a file "
+        "again adds nothing; a later dump of the same run adds its new blocks. A file that "
+        "is not a trace is reported and the others still import.",
+    )
+    imports.add_argument("format", choices=("weave",), help="the trace format: weave-agent's")
+    imports.add_argument(
+        "paths", nargs="+", metavar="PATH", help="trace files, or folders to search for them"
+    )
+
+
+def fail(command: str, message: str, code: int) -> int:
+    print(f"agent-console {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _open_store(settings: Settings, command: str) -> TraceStore | int:
+    from storage import StoreError, TraceStore
+
+    try:
+        return TraceStore(settings.database())
+    except StoreError as exc:
+        return fail(command, str(exc), exit_codes.STORE)
+
+
+def run_import(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.weave import import_paths, trace_files
+
+    missing = [p for p in args.paths if not _exists(p)]
+    if missing:
+        return fail("import", f"{missing[0]}: no such file or folder", exit_codes.USAGE)
+    if not trace_files(args.paths):
+        return fail(
+            "import", "no trace files (*.json, *.jsonl, *.jsonl.gz) there", exit_codes.USAGE
+        )
+    store = _open_store(settings, "import")
+    if isinstance(store, int):
+        return store
+    with store:
+        report = import_paths(store, args.paths, context_tokens=settings.context_tokens)
+    for file_report in report.files:
+        stream = sys.stderr if file_report.error is not None else sys.stdout
+        print(file_report.describe(), file=stream)
+    print(report.describe())
+    return exit_codes.USAGE if report.failed else exit_codes.OK
+
+
+def _exists(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).exists()
+
+
+def run_export_weave(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.weave import export_session
+    from storage import NotFoundError
+
+    for flag in ("since", "chat", "tokenizer"):
+        if getattr(args, flag):
+            name = "--" + flag
+            return fail(
+                "export", f"{name} goes with sft, dpo or tokens, not weave", exit_codes.USAGE
+            )
+    if args.session_ref is None:
+        return fail("export", "which session? `export weave SESSION --out DIR`", exit_codes.USAGE)
+    try:
+        session_id = int(args.session_ref)
+    except ValueError:
+        return fail(
+            "export", f"SESSION is a session id, not {args.session_ref!r}", exit_codes.USAGE
+        )
+    store = _open_store(settings, "export")
+    if isinstance(store, int):
+        return store
+    with store:
+        try:
+            store.get_session(session_id)
+        except NotFoundError:
+            return fail("export", f"no session {session_id} in {store.where}", exit_codes.USAGE)
+        try:
+            done = export_session(store, session_id, args.out, alternates=args.alternates)
+        except ValueError as exc:
+            return fail("export", str(exc), exit_codes.USAGE)
+        except OSError as exc:
+            return fail(
+                "export", f"cannot write to {args.out}: {exc.strerror or exc}", exit_codes.USAGE
+            )
+    print(f"wrote {done.blocks} block(s) of session {session_id}: {done.trace} and {done.rendered}")
+    return exit_codes.OK
