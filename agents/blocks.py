@@ -277,10 +277,10 @@ def to_weave(node: Node) -> dict[str, Any]:
     """
     imported = node.meta.get(WEAVE_META)
     if isinstance(imported, Mapping) and isinstance(imported.get("block"), str):
-        block = json.loads(imported["block"])
+        given: dict[str, Any] = json.loads(imported["block"])
         if imported.get("body_key"):
-            block[imported["body_key"]] = node.text
-        return block
+            given[imported["body_key"]] = node.text
+        return given
     meta = node.meta
     block: dict[str, Any] = {"type": node.kind}
     if node.kind != OUTCOME:
@@ -352,7 +352,11 @@ def group_ticks(path: Iterable[Node]) -> list[tuple[int, list[Node]]]:
     return groups
 
 
-def render_context(path: Sequence[Node], collapsed: Iterable[int] = ()) -> str:
+def render_context(
+    path: Sequence[Node],
+    collapsed: Iterable[int] = (),
+    render: Callable[[Node], str] = render_block,
+) -> str:
     """The whole context before the next block: every block of the path in order, and
     one summary line for each tick in `collapsed`. Deterministic: the same nodes and the
     same collapsed ticks give the same bytes."""
@@ -362,7 +366,7 @@ def render_context(path: Sequence[Node], collapsed: Iterable[int] = ()) -> str:
         if tick in folded:
             out.append(tick_summary(tick, nodes))
         else:
-            out.extend(render_block(node) for node in nodes)
+            out.extend(render(node) for node in nodes)
     return "".join(out)
 
 
@@ -380,6 +384,7 @@ def fit_context(
     count_tokens: Callable[[str], int],
     *,
     keep_recent: int = 1,
+    render: Callable[[Node], str] = render_block,
 ) -> Fitted:
     """The context within `budget` tokens, and the ticks collapsed to get there.
 
@@ -397,7 +402,7 @@ def fit_context(
     ticks = [tick for tick, _ in groups]
     recent = set(ticks[-keep_recent:]) if keep_recent else set()
     foldable = [t for t in ticks if t != 0 and t not in recent]
-    sizes = {tick: sum(count_tokens(render_block(n)) for n in nodes) for tick, nodes in groups}
+    sizes = {tick: sum(count_tokens(render(n)) for n in nodes) for tick, nodes in groups}
     summaries = {
         tick: count_tokens(tick_summary(tick, nodes)) for tick, nodes in groups if tick in foldable
     }
@@ -409,17 +414,24 @@ def fit_context(
             break
         total -= sizes[tick] - summaries[tick]
         collapsed.append(tick)
-    text = render_context(path, collapsed)
+    text = render_context(path, collapsed, render)
     if total <= budget - slack:
         return Fitted(text, collapsed, total)
     return Fitted(text, collapsed, count_tokens(text))
 
 
-def block_prompt(parent_path: Sequence[Node], node: Node) -> str:
+def block_prompt(
+    parent_path: Sequence[Node], node: Node, render: Callable[[Node], str] = render_block
+) -> str:
     """The exact text a model-written block was generated after: the context up to its
-    parent (with the ticks that were collapsed then) and its forced header."""
-    header = render_header(to_weave(node)) + "\n"
-    return render_context(parent_path, node.meta.get("collapsed", ())) + header
+    parent (with the ticks that were collapsed then) and its forced header. `render` may
+    be a cache of `render_block`."""
+    return render_context(parent_path, node.meta.get("collapsed", ()), render) + forced_header(node)
+
+
+def forced_header(node: Node) -> str:
+    """The header the runtime wrote before the model began the block."""
+    return render_header(to_weave(node)) + "\n"
 
 
 def block_completion(node: Node) -> str:

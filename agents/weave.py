@@ -27,6 +27,7 @@ of `good` or `bad` labels the whole path.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import re
@@ -284,7 +285,7 @@ def _import_trace(
             children.setdefault(node.parent_id, []).append(node)
 
     ticks = _ticks(trace.blocks)
-    path_nodes: list[Node] = []  # the chain so far, stored or provisional
+    chain = _Chain(context_tokens)  # the path so far, stored or provisional
     parent: Node | None = None
     planned: list[_Planned] = []
     added = updated = unchanged = 0
@@ -301,7 +302,7 @@ def _import_trace(
                 updated += 1
         if same is not None:
             parent = same
-            path_nodes.append(same)
+            chain.append(same)
             continue
         new = _new_node(block, ticks[number], digest)
         if planned:
@@ -310,11 +311,9 @@ def _import_trace(
             new = replace(new, parent_id=parent.id if parent else None)
         provisional = _provisional(new, session.id, len(planned))
         if provisional.author is Author.MODEL:
-            new.meta["collapsed"] = _collapsed(path_nodes, context_tokens)
-            prompt = blocks.block_prompt(path_nodes, provisional)
-            new = replace(new, prompt_hash=blocks.prompt_hash(prompt))
+            new = replace(new, prompt_hash=chain.prompt_hash(provisional))
         planned.append(_Planned(new, block, provisional))
-        path_nodes.append(provisional)
+        chain.append(provisional)
         parent = provisional
     stored = store.add_nodes(session.id, [p.new for p in planned]) if planned else []
     for item, node in zip(planned, stored, strict=True):
@@ -388,7 +387,7 @@ def _weave_meta(block: Mapping[str, Any], digest: str) -> dict[str, Any]:
     body_key = "body" if "body" in block else blocks.LEGACY_BODY_KEYS.get(str(block["type"]))
     kept = dict(block)
     text_body = body_key is not None and isinstance(block.get(body_key), str)
-    if text_body:
+    if text_body and body_key is not None:
         kept[body_key] = None
     return {
         "block": json.dumps(kept, ensure_ascii=False),
@@ -439,8 +438,9 @@ def _new_node(block: dict[str, Any], tick: int, digest: str) -> NewNode:
         meta["passed"] = sum(1 for v in verdicts if v)
         meta["total"] = len(verdicts)
 
-    score = _finite(block.get("score"))
-    parts = {"evaluator": score} if score is not None and "q" in meta else {}
+    # weave-agent gives a block it asked no question about a score of 2: not a score
+    score = _finite(block.get("score")) if "q" in meta else None
+    parts = {"evaluator": score} if score is not None else {}
     if isinstance(ours.get("score_parts"), Mapping):
         parts = {str(k): float(v) for k, v in ours["score_parts"].items() if _finite(v) is not None}
     if "score" in ours:
@@ -500,12 +500,38 @@ def _provisional(new: NewNode, session_id: int, number: int) -> Node:
     )
 
 
-def _collapsed(path: Sequence[Node], context_tokens: int) -> list[int]:
-    """The ticks the runtime would have collapsed before the next block (`fit_context`),
-    with tokens estimated as three characters each."""
-    if context_tokens <= 0 or not path:
-        return []
-    return blocks.fit_context(path, context_tokens, _estimate_tokens).collapsed
+class _Chain:
+    """The path an import walks, with each block rendered once: a block's prompt is
+    `blocks.block_prompt` of the path before it, computed without rendering that path
+    again (a running hash of the whole context when nothing collapses)."""
+
+    def __init__(self, context_tokens: int) -> None:
+        self.budget = context_tokens
+        self.nodes: list[Node] = []
+        self.renders: dict[int, str] = {}
+        self.running = hashlib.sha256()
+
+    def render(self, node: Node) -> str:
+        return self.renders[node.id]
+
+    def append(self, node: Node) -> None:
+        text = blocks.render_block(node)
+        self.renders[node.id] = text
+        self.nodes.append(node)
+        self.running.update(text.encode("utf-8"))
+
+    def prompt_hash(self, node: Node) -> str:
+        """The prompt hash of `node`, the next block, setting the ticks its prompt
+        collapses (as the runtime would have, with three characters a token) in its meta."""
+        header = blocks.forced_header(node)
+        if self.budget <= 0 or not self.nodes:
+            node.meta["collapsed"] = []
+            digest = self.running.copy()
+            digest.update(header.encode("utf-8"))
+            return digest.hexdigest()
+        fitted = blocks.fit_context(self.nodes, self.budget, _estimate_tokens, render=self.render)
+        node.meta["collapsed"] = fitted.collapsed
+        return blocks.prompt_hash(fitted.text + header)
 
 
 def _estimate_tokens(text: str) -> int:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
 from app.export_cli import add_export_parser
-from app.weave_cli import add_import_parser
 from app.memory_cli import add_memory_parser
 from app.train_cli import add_adapter_argument, add_train_parsers
+from app.weave_cli import add_import_parser
 
 if TYPE_CHECKING:
     from agents.settings import Settings

@@ -76,6 +76,12 @@ def run_export_weave(args: argparse.Namespace, settings: Settings) -> int:
     from agents.weave import export_session
     from storage import NotFoundError
 
+    if args.session:
+        return fail(
+            "export",
+            "--session goes with sft, dpo or tokens; for weave give SESSION",
+            exit_codes.USAGE,
+        )
     for flag in ("since", "chat", "tokenizer"):
         if getattr(args, flag):
             name = "--" + flag

@@ -14,7 +14,17 @@ from storage import Label, Node
 
 from .trace_tree import STATUS_MARKS
 
-CODE_KINDS = {"action", "debug", "expectation", "evaluation", "observation-inference", "backtrack"}
+CODE_KINDS = {
+    "action",
+    "debug",
+    "expectation",
+    "evaluation",
+    "observation-inference",
+    "backtrack",
+    # weave-agent's own kinds (imported traces): Python too
+    "bootstrap",
+    "task-inference",
+}
 #: A huge block is shown capped; the whole text stays in the store and the edit dialog.
 VIEW_CHARS = 20_000
 EMPTY = "Select a block in the tree to see it here."

@@ -43,9 +43,7 @@ def _add(
 
 def test_action_block_renders_like_weave_agent() -> None:
     header = _header("action", 17, 4)
-    assert header.text() == (
-        "#startblock type: action\n#index 17\n#timestamp 1740912854.13\n\n"
-    )
+    assert header.text() == ("#startblock type: action\n#index 17\n#timestamp 1740912854.13\n\n")
 
 
 def test_q_line_is_deterministic_and_prints_the_likelier_answer() -> None:
