@@ -262,6 +262,13 @@ class Runtime:
         except BaseException as exc:
             if self._kernel is not None:
                 self._kernel.close()
+            if self._stop.is_set() and not isinstance(exc, SandboxUnavailable):
+                # stopped while starting (the kernel is closed under it): aborted, resumable
+                stopped = "stopped by the operator"
+                if self.session_id:
+                    self._set_status(SessionStatus.ABORTED, stopped)
+                message = self._summary(SessionStatus.ABORTED, stopped)
+                return Outcome(self.session_id, SessionStatus.ABORTED, message, stopped)
             if self.session_id:
                 self._set_status(SessionStatus.FAILED, str(exc))
             raise
@@ -302,17 +309,25 @@ class Runtime:
                 settings={"task": task_snapshot(self.task), "run": self.options.snapshot()},
             )
             self.session_id = session.id
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            seed_workdir(self.task, self.workdir)
-            self._start_kernel()
-            self._genesis()
-            self._tick = 1
+            self._first_start()
+        elif not self.store.count_nodes(self.resume_id):
+            # stopped before its first block: resuming it is starting it
+            self.session_id = self.resume_id
+            self._set_status(SessionStatus.RUNNING, "resumed")
+            self._first_start()
         else:
             self.session_id = self.resume_id
             self._tick = self._load_path()
             self.workdir.mkdir(parents=True, exist_ok=True)
             self._set_status(SessionStatus.RUNNING, "resumed")
             self._start_kernel()
+
+    def _first_start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        seed_workdir(self.task, self.workdir)
+        self._start_kernel()
+        self._genesis()
+        self._tick = 1
 
     @property
     def workdir(self) -> Path:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app import __version__, exit_codes
+from app.batch_cli import add_batch_parser
 from app.export_cli import add_export_parser
 from app.memory_cli import add_memory_parser
 from app.train_cli import add_adapter_argument, add_train_parsers
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(commands)
     add_export_parser(commands)
     add_import_parser(commands)
+    add_batch_parser(commands)
     add_memory_parser(commands)
     add_train_parsers(commands)
     commands.add_parser(
@@ -289,6 +291,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.export_cli import run_export
 
         return run_export(args, settings)
+    if args.command == "batch":
+        from app.batch_cli import run_batch
+
+        return run_batch(args, settings)
     if args.command == "import":
         from app.weave_cli import run_import
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from storage.domain import (
+    BATCH_TASK_OPEN,
     Actor,
     Adapter,
     Author,
+    Batch,
+    BatchStatus,
+    BatchTask,
+    BatchTaskStatus,
     DecidedNode,
     Decision,
     EvaluationKind,
@@ -29,9 +34,14 @@ from storage.errors import NotATraceStoreError, NotFoundError, SchemaTooNewError
 from storage.store import TraceStore
 
 __all__ = [
+    "BATCH_TASK_OPEN",
     "Actor",
     "Adapter",
     "Author",
+    "Batch",
+    "BatchStatus",
+    "BatchTask",
+    "BatchTaskStatus",
     "DecidedNode",
     "Decision",
     "EvaluationKind",

@@ -10,6 +10,8 @@ from sqlalchemy import Row
 from storage import domain as d
 from storage.models import (
     AdapterRow,
+    BatchRow,
+    BatchTaskRow,
     DecisionRow,
     EvaluationRow,
     JobEventRow,
@@ -30,6 +32,8 @@ EVALUATION_COLUMNS = tuple(EvaluationRow.__table__.c)
 JOB_COLUMNS = tuple(JobRow.__table__.c)
 JOB_EVENT_COLUMNS = tuple(JobEventRow.__table__.c)
 ADAPTER_COLUMNS = tuple(AdapterRow.__table__.c)
+BATCH_COLUMNS = tuple(BatchRow.__table__.c)
+BATCH_TASK_COLUMNS = tuple(BatchTaskRow.__table__.c)
 
 
 def to_session(row: Row[Any]) -> d.Session:
@@ -178,4 +182,38 @@ def to_adapter(row: Row[Any]) -> d.Adapter:
         job_id=m["job_id"],
         metrics=m["metrics"] or {},
         created_at=m["created_at"],
+    )
+
+
+def to_batch(row: Row[Any]) -> d.Batch:
+    m = row._mapping
+    return d.Batch(
+        id=m["id"],
+        name=m["name"],
+        source=m["source"],
+        source_hash=m["source_hash"],
+        status=d.BatchStatus(m["status"]),
+        config=m["config"] or {},
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        finished_at=m["finished_at"],
+    )
+
+
+def to_batch_task(row: Row[Any]) -> d.BatchTask:
+    m = row._mapping
+    return d.BatchTask(
+        id=m["id"],
+        batch_id=m["batch_id"],
+        line=m["line"],
+        spec=m["spec"] or {},
+        status=d.BatchTaskStatus(m["status"]),
+        session_id=m["session_id"],
+        worker=m["worker"],
+        runs=m["runs"],
+        result=m["result"] or {},
+        error=m["error"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        updated_at=m["updated_at"],
     )

@@ -82,6 +82,28 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class BatchStatus(StrEnum):
+    RUNNING = "running"
+    #: every task ran to an end (completed, failed or truncated)
+    COMPLETED = "completed"
+    #: stopped (Ctrl-C) with tasks left: `batch --resume` runs them
+    ABORTED = "aborted"
+
+
+class BatchTaskStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TRUNCATED = "truncated"
+    #: stopped midway: a resumed batch continues its session
+    ABORTED = "aborted"
+
+
+#: Task statuses a run of the batch still has to take up.
+BATCH_TASK_OPEN = frozenset({BatchTaskStatus.PENDING, BatchTaskStatus.ABORTED})
+
+
 @dataclass(frozen=True, slots=True)
 class Session:
     id: int
@@ -230,3 +252,38 @@ class LabelledNode:
 class DecidedNode:
     node: Node
     decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    id: int
+    name: str
+    #: the tasks file it was read from, and the hash of its content
+    source: str
+    source_hash: str
+    status: BatchStatus
+    #: workers, approval policy, backend, model, adapter, Ray address
+    config: dict[str, Any]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTask:
+    id: int
+    batch_id: int
+    #: the line of the tasks file (from 1)
+    line: int
+    spec: dict[str, Any]
+    status: BatchTaskStatus
+    session_id: int | None
+    worker: str | None
+    #: how many times a worker took it up (more than 1 only when a stopped batch resumed)
+    runs: int
+    #: ticks, tokens, checks passed and run, reward, seconds
+    result: dict[str, Any]
+    error: str | None
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float

@@ -10,6 +10,7 @@ with "database is locked" when every write transaction takes the lock up front w
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,21 @@ def _empty_or_ours(cursor: sqlite3.Cursor) -> bool:
     return not tables or "alembic_version" in tables
 
 
+def _switch_to_wal(cursor: sqlite3.Cursor) -> None:
+    """Turn a new database to WAL. Two processes opening a brand-new file at once both try;
+    SQLite answers the loser "database is locked" at once, without waiting the busy
+    timeout, so wait here, until the file is in WAL (whoever switched it) or time is up."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)
+
+
 def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
 
@@ -69,7 +85,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
             mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
             # Switching to WAL rewrites the header: leave someone else's database alone.
             if mode != "wal" and _empty_or_ours(cursor):
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _switch_to_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:

@@ -236,3 +236,46 @@ class MemoryVectorRow(Base):
         UniqueConstraint("index_key", "node_id", name="uq_memory_vector_node"),
         Index("ix_memory_vector_node", "node_id"),
     )
+
+
+class BatchRow(Base):
+    """A batch of tasks run as headless sessions (`agent-console batch`)."""
+
+    __tablename__ = "batch"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(Text)
+    source_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    config: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_batch_source", "source_hash"),)
+
+
+class BatchTaskRow(Base):
+    """One task of a batch: its line of the tasks file, its session and how it went."""
+
+    __tablename__ = "batch_task"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id", ondelete="CASCADE"))
+    line: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    status: Mapped[str] = mapped_column(String(20))
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("session.id", ondelete="SET NULL"))
+    worker: Mapped[str | None] = mapped_column(String(200))
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        UniqueConstraint("batch_id", "line", name="uq_batch_task_line"),
+        Index("ix_batch_task_status", "batch_id", "status"),
+    )

@@ -176,6 +176,7 @@ def server_command(
     served_name: str = SERVED_NAME,
     max_logprobs: int = 20,
     extra_args: Sequence[str] = (),
+    max_model_len: int = 512,
 ) -> list[str]:
     """`agent-console serve`'s command line (agents/serving.py), sized for the tiny model
     on a 2-core machine."""
@@ -183,7 +184,7 @@ def server_command(
         model=str(model_dir),
         port=port,
         served_name=served_name,
-        max_model_len=512,
+        max_model_len=max_model_len,
         dtype="float32",
         max_lora_rank=8,
         max_logprobs=max_logprobs,
@@ -201,6 +202,7 @@ def start_vllm_server(
     max_logprobs: int = 20,
     extra_args: Sequence[str] = (),
     startup_timeout: float = STARTUP_TIMEOUT,
+    max_model_len: int = 512,
 ) -> VLLMServer:
     """Start a server for `model_dir` and wait until /health answers. Raises
     VLLMServerError with the log's tail if it dies or does not come up in time."""
@@ -227,7 +229,12 @@ def start_vllm_server(
     for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
         env.pop(name, None)
     command = server_command(
-        python, model_dir, port, max_logprobs=max_logprobs, extra_args=extra_args
+        python,
+        model_dir,
+        port,
+        max_logprobs=max_logprobs,
+        extra_args=extra_args,
+        max_model_len=max_model_len,
     )
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -284,6 +291,7 @@ def running_vllm_server(
     max_logprobs: int = 20,
     extra_args: Sequence[str] = (),
     startup_timeout: float = STARTUP_TIMEOUT,
+    max_model_len: int = 512,
 ) -> Iterator[VLLMServer]:
     """`start_vllm_server` as a context manager that always stops the server."""
     server = start_vllm_server(
@@ -292,6 +300,7 @@ def running_vllm_server(
         max_logprobs=max_logprobs,
         extra_args=extra_args,
         startup_timeout=startup_timeout,
+        max_model_len=max_model_len,
     )
     try:
         yield server

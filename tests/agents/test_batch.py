@@ -1,0 +1,271 @@
+"""Batch rollouts against a real vLLM server serving the tiny model: 20+ sessions with 4
+workers in this process, the same on a local Ray cluster writing to PostgreSQL, and the
+CLI stopped with Ctrl-C mid-batch, then resumed, every task ending with exactly one
+session."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents import batch as b
+from agents.backends.openai_backend import OpenAIBackend
+from agents.runtime import RunOptions
+from app import exit_codes
+from storage import BatchStatus, BatchTaskStatus, SessionStatus, TraceStore
+from tests.app.test_cli import SCRIPT, _env
+from tests.backends.vllm_server import (
+    SERVED_NAME,
+    VLLMServer,
+    running_vllm_server,
+    vllm_python_or_skip,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+TASK_TOML = """\
+title = "{title}"
+prompt = "Write the answer to answer.txt."
+max_ticks = 1
+checks = '''
+def check_question(subagent):
+    return subagent.read_file("question.txt").startswith("What")
+def check_{name}(subagent):
+    return {result}
+'''
+[files]
+"question.txt" = "What is six times seven?"
+"""
+
+FAST = {
+    "candidates": 1,
+    "escalation": (),
+    "block_tokens": 24,
+    "max_ticks": 2,
+    "approval": "auto",
+    "action_timeout": 10.0,
+    "memory": False,
+    "seed": 3,
+}
+
+
+def write_tasks(folder: Path, count: int) -> tuple[Path, int]:
+    """`count` tasks: two of every three pass their checks (the session completes in its
+    first tick), the others never do (truncated at the task's one tick). Returns the file
+    and how many complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "easy.toml").write_text(TASK_TOML.format(title="easy", name="done", result="True"))
+    (folder / "hard.toml").write_text(TASK_TOML.format(title="hard", name="done", result="False"))
+    lines = []
+    easy = 0
+    for i in range(count):
+        passes = i % 3 != 2
+        easy += passes
+        lines.append(json.dumps({"task": "easy.toml" if passes else "hard.toml", "id": f"t{i}"}))
+    path = folder / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path, easy
+
+
+@pytest.fixture(scope="module")
+def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VLLMServer]:
+    vllm_python_or_skip()
+    # a whole session's context, and as many sequences at once as the most workers here
+    with running_vllm_server(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("vllm"),
+        max_model_len=4096,
+        extra_args=("--max-num-seqs", "16"),
+    ) as server:
+        yield server
+
+
+def _check_batch(store: TraceStore, batch_id: int, tasks: int, easy: int) -> None:
+    """Every task ran once to its end, in a session of its own, and the counts add up."""
+    done = store.batch_tasks(batch_id)
+    assert len(done) == tasks
+    counts = store.batch_counts(batch_id)
+    assert counts[BatchTaskStatus.COMPLETED] == easy, [(t.line, t.status, t.error) for t in done]
+    assert counts[BatchTaskStatus.TRUNCATED] == tasks - easy
+    sessions = [t.session_id for t in done]
+    assert None not in sessions and len(set(sessions)) == tasks
+    assert {s.id for s in store.list_sessions(limit=1000)} == set(sessions)
+    for task in done:
+        session = store.get_session(task.session_id)  # type: ignore[arg-type]
+        assert session.status.value == task.status.value
+        assert task.runs == 1 and task.result["checks_total"] == 2
+        assert task.result["tokens"] > 0 and task.result["ticks"] == 1
+        assert store.count_nodes(session.id) > 5
+
+
+def test_a_batch_of_20_runs_4_at_a_time_against_one_server(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    tasks_file, easy = write_tasks(tmp_path / "tasks", 21)
+    backend = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
+    seen: list[b.Progress] = []
+    with TraceStore(tmp_path / "traces.db") as store:
+        batch = b.start_batch(store, tasks_file, {"workers": 4})
+        context = b.WorkerContext(store, backend, RunOptions(**FAST), tmp_path / "sessions")
+        started = time.monotonic()
+        done = b.run_local(context, batch.id, 4, on_progress=seen.append)
+        elapsed = time.monotonic() - started
+        assert done.status is BatchStatus.COMPLETED
+        _check_batch(store, batch.id, 21, easy)
+        # four at a time: the workers overlapped
+        spans = [(t.started_at, t.finished_at) for t in store.batch_tasks(batch.id)]
+        overlapping = max(
+            sum(1 for s, e in spans if s <= start < e)
+            for start, _ in spans  # type: ignore[operator]
+        )
+        assert 2 <= overlapping <= 4
+        assert len({t.worker for t in store.batch_tasks(batch.id)}) == 4
+        # progress came from the store, ended at the whole batch, with tokens/s
+        assert seen[-1].finished == 21 and seen[-1].tokens_per_second > 0
+        assert [p.finished for p in seen] == sorted(p.finished for p in seen)
+        summary = b.summarize(store, done)
+        assert summary.solved == easy and summary.with_checks == 21
+        assert summary.pass_rate == pytest.approx((easy * 2 + (21 - easy)) / 42)
+        assert summary.tokens == sum(t.result["tokens"] for t in store.batch_tasks(batch.id))
+        assert elapsed < 300
+    backend.close()
+
+
+def test_the_same_batch_as_ray_tasks_writing_to_postgresql(
+    vllm_server: VLLMServer, pg_url: str, tmp_path: Path
+) -> None:
+    ray = pytest.importorskip("ray")
+    from agents.settings import Settings
+
+    tasks_file, easy = write_tasks(tmp_path / "tasks", 20)
+    settings = Settings(
+        db=pg_url,
+        backend="openai",
+        base_url=vllm_server.base_url,
+        model=SERVED_NAME,
+    )
+    # the workers' sessions folder under this test's, not the user's data folder
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    ray.init(
+        num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env}
+    )
+    try:
+        with TraceStore(pg_url) as store:
+            batch = b.start_batch(store, tasks_file, {"workers": 4, "ray": "local"})
+            done = b.run_ray(store, settings, RunOptions(**FAST), batch.id, 4, address=None)
+            assert done.status is BatchStatus.COMPLETED
+            _check_batch(store, batch.id, 20, easy)
+            workers = {t.worker for t in store.batch_tasks(batch.id)}
+            assert len({w.rsplit(":", 1)[0] for w in workers}) >= 2  # several processes
+    finally:
+        ray.shutdown()
+
+
+def _batch_command(tmp_path: Path, server: VLLMServer, *args: str) -> list[str]:
+    return [
+        str(SCRIPT),
+        "--db",
+        str(tmp_path / "traces.db"),
+        "--base-url",
+        server.base_url,
+        "--model",
+        SERVED_NAME,
+        "--candidates",
+        "1",
+        "--escalation",
+        "",
+        "--block-tokens",
+        "24",
+        "--max-ticks",
+        "3",
+        "batch",
+        *args,
+    ]
+
+
+def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    # hard tasks allowed three ticks each, so the batch is still going when stopped
+    tasks_file, easy = write_tasks(tmp_path / "tasks", 12)
+    text = tasks_file.read_text().replace('"hard.toml"', '"hard3.toml"')
+    tasks_file.write_text(text)
+    (tmp_path / "tasks" / "hard3.toml").write_text(
+        TASK_TOML.format(title="hard", name="done", result="False").replace(
+            "max_ticks = 1", "max_ticks = 3"
+        )
+    )
+    db = tmp_path / "traces.db"
+    first = subprocess.Popen(
+        _batch_command(tmp_path, vllm_server, str(tasks_file), "--workers", "2"),
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    finished = 0
+    while time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.5)
+        if db.exists():
+            with TraceStore(db) as store:
+                batches = store.list_batches()
+                if batches:
+                    counts = store.batch_counts(batches[0].id)
+                    finished = counts[BatchTaskStatus.COMPLETED] + counts[BatchTaskStatus.TRUNCATED]
+                    if finished >= 3 and counts[BatchTaskStatus.RUNNING]:
+                        break
+    assert first.poll() is None, first.communicate()
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == exit_codes.INTERRUPTED, err
+    assert "Traceback" not in err, err
+    assert "--resume 1" in err
+    assert out.startswith("batch 1 aborted: ")
+    with TraceStore(db) as store:
+        (batch,) = store.list_batches()
+        assert batch.status is BatchStatus.ABORTED
+        stopped = store.batch_tasks(batch.id)
+        assert not [t for t in stopped if t.status is BatchTaskStatus.RUNNING]
+        aborted = [t for t in stopped if t.status is BatchTaskStatus.ABORTED]
+        assert aborted, [(t.line, t.status) for t in stopped]  # the sessions running then
+        for task in aborted:
+            assert store.get_session(task.session_id).status is SessionStatus.ABORTED  # type: ignore[arg-type]
+        left = [
+            t for t in stopped if t.status in (BatchTaskStatus.PENDING, BatchTaskStatus.ABORTED)
+        ]
+        assert left
+    second = subprocess.run(
+        _batch_command(tmp_path, vllm_server, "--resume", str(batch.id), "--workers", "3"),
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert second.returncode == exit_codes.OK, second.stderr
+    assert f"batch {batch.id} completed" in second.stdout
+    with TraceStore(db) as store:
+        assert store.get_batch(batch.id).status is BatchStatus.COMPLETED
+        done = store.batch_tasks(batch.id)
+        assert {t.status for t in done} <= {BatchTaskStatus.COMPLETED, BatchTaskStatus.TRUNCATED}
+        sessions = [t.session_id for t in done]
+        # exactly once: one session per task, and no other session in the store
+        assert None not in sessions and len(set(sessions)) == len(done) == 12
+        assert {s.id for s in store.list_sessions(limit=100)} == set(sessions)
+        assert sum(1 for t in done if t.status is BatchTaskStatus.COMPLETED) == easy
+        for task in done:
+            assert store.get_session(task.session_id).status.value == task.status.value  # type: ignore[arg-type]
+        # the tasks stopped midway were taken up twice, in the same session
+        assert {t.line for t in done if t.runs == 2} == {t.line for t in aborted}
