@@ -29,6 +29,7 @@ bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/train.py --quick
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/batch.py --no-ray
 
 install: $(STAMP)
 

@@ -456,8 +456,7 @@ def run_ray(
     (None: the Ray this process already started), every one writing to the store."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    connect_ray(address)
     store.abort_running_batch_tasks(batch_id)
     store.set_batch_status(batch_id, BatchStatus.RUNNING)
     remote = ray.remote(max_retries=0)(_ray_worker)
@@ -494,6 +493,20 @@ def run_ray(
     if error is not None:
         raise error
     return batch
+
+
+def connect_ray(address: str | None) -> None:
+    """Join the Ray cluster at `address` (None: the one this process already started, or a
+    new local one); `BatchStopped` says why when it cannot."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BatchStopped(f"cannot join the Ray cluster at {address}: {first}") from None
 
 
 def _drain(ray: Any, refs: Sequence[Any]) -> None:

@@ -168,6 +168,12 @@ def _run(
         adapter_name = args.batch_adapter
         workers = args.workers
 
+    if args.ray is not None:
+        try:
+            b.connect_ray(args.ray)
+        except b.BatchStopped as exc:
+            return fail(str(exc), exit_codes.USAGE)
+
     adapter = None
     if adapter_name:
         from app.train_cli import AdapterLookupError, find_adapter

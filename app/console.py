@@ -1,6 +1,7 @@
 """The console app: themes, keys, the model (loaded in a worker after the first frame),
 the retrieval memory (opened in a worker when first searched), and the screens: main
-(trace tree, live session), approval, labelling, help, search, similar branches.
+(trace tree, live session), approval, labelling, help, search, similar branches, training
+jobs, batch runs.
 
 No heavy import happens before the first frame: the model backend, the runtime and the
 screens that are not shown yet are imported when they are first needed.
@@ -38,6 +39,7 @@ FALLBACK_THEME = "textual-dark"
 def binding_ids() -> set[str]:
     """Every binding id the keys setting can remap, across the console's screens."""
     from app.screens.approval import ApprovalScreen
+    from app.screens.batches import BatchesScreen
     from app.screens.compare import CompareScreen
     from app.screens.help import HelpScreen
     from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
@@ -61,6 +63,7 @@ def binding_ids() -> set[str]:
         CompareScreen,
         SearchScreen,
         SimilarScreen,
+        BatchesScreen,
     )
     return {b.id for owner in owners for b in owner.BINDINGS if isinstance(b, Binding) and b.id}
 
@@ -303,6 +306,16 @@ class ConsoleApp(App[None]):
         from app.screens.jobs import JobsScreen
 
         self.push_screen(JobsScreen(self.store))
+
+    def action_batches(self) -> None:
+        """Batch runs (often running in another process): a task's session opens in the tree."""
+        from app.screens.batches import BatchesScreen
+
+        def opened(block: tuple[int, int] | None) -> None:
+            if block is not None:
+                self.main.reveal(*block)
+
+        self.push_screen(BatchesScreen(self.store), opened)
 
     def action_use_adapter(self) -> None:
         from app.screens.jobs import AdapterPicker

@@ -85,6 +85,11 @@ class MainCommands(ScreenCommands):
         ("train: SFT on the labels", "app.train('sft')", "Confirm, then train an SFT adapter"),
         ("train: DPO on the labels", "app.train('dpo')", "Confirm, then train a DPO adapter"),
         ("train: Jobs", "app.jobs", "Training jobs: progress, loss, cancel, resume, load"),
+        (
+            "batch: Batches",
+            "app.batches",
+            "Batch runs: progress, each task's status, open a task's session",
+        ),
         ("adapter: Use adapter…", "app.use_adapter", "Sample with a registered LoRA adapter"),
         ("adapter: Base model", "app.base_model", "Sample with the base model again"),
         ("compare: A/B base vs adapter", "compare", "Run this task with both, side by side"),
@@ -139,6 +144,14 @@ class MainScreen(Screen[None]):
             "Jobs",
             id="main.jobs",
             tooltip="Training jobs: progress, loss, cancel, resume, load the adapter",
+        ),
+        Binding(
+            "B",
+            "app.batches",
+            "Batches",
+            id="main.batches",
+            tooltip="Batch runs: progress, each task's status and result; enter opens a session",
+            show=False,
         ),
         Binding(
             "A",
@@ -678,7 +691,10 @@ class MainScreen(Screen[None]):
         """Select block `node_id` in the tree (so the block view and inspector show it),
         opening its session, tick group and tick; the session is read first if needed."""
         tree = self.query_one(TraceTree)
-        if session_id in tree.traces and session_id in tree.session_nodes:
+        trace = tree.traces.get(session_id)
+        # A trace read before the block was written (a batch or another console is still
+        # adding to the session) is read again.
+        if trace is not None and node_id in trace.nodes and session_id in tree.session_nodes:
             self.select_block(session_id, node_id)
         else:
             self.load_for_reveal(session_id, node_id, session_id not in tree.session_nodes)
@@ -701,7 +717,10 @@ class MainScreen(Screen[None]):
         session_id = trace.session.id
         if listed:
             tree.add_session(trace.session)  # older than the sessions listed
-        if session_id not in tree.traces:
+        else:
+            tree.update_session(trace.session)  # its status may have changed since
+        known = tree.traces.get(session_id)
+        if known is None or node_id not in known.nodes:
             tree.show_trace(trace)
         self.select_block(session_id, node_id)
 

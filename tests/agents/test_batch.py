@@ -43,16 +43,16 @@ def check_{name}(subagent):
 "question.txt" = "What is six times seven?"
 """
 
-FAST = {
-    "candidates": 1,
-    "escalation": (),
-    "block_tokens": 24,
-    "max_ticks": 2,
-    "approval": "auto",
-    "action_timeout": 10.0,
-    "memory": False,
-    "seed": 3,
-}
+FAST = RunOptions(
+    candidates=1,
+    escalation=(),
+    block_tokens=24,
+    max_ticks=2,
+    approval="auto",
+    action_timeout=10.0,
+    memory=False,
+    seed=3,
+)
 
 
 def write_tasks(folder: Path, count: int) -> tuple[Path, int]:
@@ -114,7 +114,7 @@ def test_a_batch_of_20_runs_4_at_a_time_against_one_server(
     seen: list[b.Progress] = []
     with TraceStore(tmp_path / "traces.db") as store:
         batch = b.start_batch(store, tasks_file, {"workers": 4})
-        context = b.WorkerContext(store, backend, RunOptions(**FAST), tmp_path / "sessions")
+        context = b.WorkerContext(store, backend, FAST, tmp_path / "sessions")
         started = time.monotonic()
         done = b.run_local(context, batch.id, 4, on_progress=seen.append)
         elapsed = time.monotonic() - started
@@ -160,7 +160,7 @@ def test_the_same_batch_as_ray_tasks_writing_to_postgresql(
     try:
         with TraceStore(pg_url) as store:
             batch = b.start_batch(store, tasks_file, {"workers": 4, "ray": "local"})
-            done = b.run_ray(store, settings, RunOptions(**FAST), batch.id, 4, address=None)
+            done = b.run_ray(store, settings, FAST, batch.id, 4, address=None)
             assert done.status is BatchStatus.COMPLETED
             _check_batch(store, batch.id, 20, easy)
             workers = {t.worker for t in store.batch_tasks(batch.id)}
