@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.runtime import Event, RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
-from agents.tasks import Task, TaskError, load_task, prompt_task
+from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
 from storage import (
     Batch,
     BatchStatus,
@@ -128,10 +128,11 @@ def _spec(line: str, where: str, folder: Path) -> dict[str, Any]:
     ticks = spec.get("max_ticks")
     if ticks is not None and (not isinstance(ticks, int) or isinstance(ticks, bool) or ticks < 1):
         raise TasksFileError(f'{where}: "max_ticks" must be a whole number from 1')
-    if "task" in spec:
-        relative = folder / spec["task"]
-        if not Path(spec["task"]).is_absolute() and relative.is_file():
-            spec["task"] = str(relative.resolve())
+    ref = spec.get("task")
+    if ref is not None and ("/" in ref or "\\" in ref or ref.endswith(TASK_SUFFIXES)):
+        # a task file: relative to the tasks file, made absolute for workers and resumes
+        given = Path(ref).expanduser()
+        spec["task"] = str((given if given.is_absolute() else folder / given).resolve())
     try:
         task_of(spec)
     except TaskError as exc:
@@ -207,10 +208,10 @@ def run_task(context: WorkerContext, batch_task: BatchTask, worker: str) -> Batc
     spec = batch_task.spec
     resume = batch_task.session_id
     done_ticks = 0
-    if resume is not None:
+    if resume is not None and store.count_nodes(resume):
         task = task_from_snapshot(store.get_session(resume).settings.get("task", {}))
         done_ticks = ticks_done(store, resume)
-    else:
+    else:  # new, or stopped before its first block: the task as the file gives it
         task = task_of(spec)
     limit = min(context.options.max_ticks, spec.get("max_ticks") or task.max_ticks or 10**6)
     # a resumed session has the ticks it already ran counted against the task's limit

@@ -146,15 +146,6 @@ def _run(
         problem = _ray_problem(store, settings)
         if problem:
             return fail(problem, exit_codes.USAGE)
-    if args.unsafe_no_sandbox:
-        from app.headless import UNSAFE_WARNING
-
-        print(UNSAFE_WARNING, file=sys.stderr)
-    else:
-        status = sandbox_status()
-        if not status.ok:
-            return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
-
     if args.batch_resume is not None:
         try:
             batch = store.get_batch(args.batch_resume)
@@ -167,6 +158,15 @@ def _run(
     else:
         adapter_name = args.batch_adapter
         workers = args.workers
+
+    if args.unsafe_no_sandbox:
+        from app.headless import UNSAFE_WARNING
+
+        print(UNSAFE_WARNING, file=sys.stderr)
+    else:
+        status = sandbox_status()
+        if not status.ok:
+            return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
 
     if args.ray is not None:
         try:

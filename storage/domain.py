@@ -273,7 +273,7 @@ class Batch:
 class BatchTask:
     id: int
     batch_id: int
-    #: the line of the tasks file (from 1)
+    #: the task's number in the tasks file (from 1; blank and comment lines not counted)
     line: int
     spec: dict[str, Any]
     status: BatchTaskStatus

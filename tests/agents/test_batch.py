@@ -269,3 +269,36 @@ def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
             assert store.get_session(task.session_id).status.value == task.status.value  # type: ignore[arg-type]
         # the tasks stopped midway were taken up twice, in the same session
         assert {t.line for t in done if t.runs == 2} == {t.line for t in aborted}
+
+
+def test_a_batch_with_an_adapter_is_an_a_b_evaluation_against_the_base(
+    vllm_server: VLLMServer, tiny_adapter_dir: Path, tmp_path: Path
+) -> None:
+    tasks_file, easy = write_tasks(tmp_path / "tasks", 6)
+    backend = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
+    try:
+        with TraceStore(tmp_path / "traces.db") as store:
+            context = b.WorkerContext(store, backend, FAST, tmp_path / "sessions")
+            base = b.start_batch(store, tasks_file, {"workers": 2, "adapter": None})
+            base = b.run_local(context, base.id, 2)
+            backend.load_adapter("a1", str(tiny_adapter_dir))
+            backend.use_adapter("a1")
+            tuned = b.start_batch(store, tasks_file, {"workers": 2, "adapter": "a1"})
+            tuned = b.run_local(context, tuned.id, 2)
+            assert base.status is tuned.status is BatchStatus.COMPLETED
+            for batch, adapter in ((base, None), (tuned, "a1")):
+                for task in store.batch_tasks(batch.id):
+                    assert task.result["adapter"] == adapter
+                    assert store.get_session(task.session_id).adapter == adapter  # type: ignore[arg-type]
+            rows = b.by_adapter(store, tuned)
+            assert [(r.adapter, r.batch.id) for r in rows] == [(None, base.id), ("a1", tuned.id)]
+            assert all(r.solved == easy and r.with_checks == 6 for r in rows)
+            # the adapter changed what the model wrote
+            texts = [
+                {n.text for n in store.tree(t.session_id) if n.kind == "orientation"}  # type: ignore[arg-type]
+                for batch in (base, tuned)
+                for t in store.batch_tasks(batch.id)[:1]
+            ]
+            assert texts[0] != texts[1]
+    finally:
+        backend.close()
