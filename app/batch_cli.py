@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
+from app.common import open_model, open_store, refuse_without_sandbox
 
 if TYPE_CHECKING:
     from agents.batch import Progress, Summary
@@ -90,8 +91,6 @@ def run_batch(args: argparse.Namespace, settings: Settings) -> int:
         return fail("--workers must be at least 1", exit_codes.USAGE)
     log_path = _log_to_file()
 
-    from storage import StoreError, TraceStore
-
     specs: Any = None
     if args.tasks is not None:
         from agents.batch import TasksFileError, read_tasks
@@ -100,10 +99,9 @@ def run_batch(args: argparse.Namespace, settings: Settings) -> int:
             specs = read_tasks(args.tasks)
         except TasksFileError as exc:
             return fail(str(exc), exit_codes.USAGE)
-    try:
-        store = TraceStore(settings.database())
-    except StoreError as exc:
-        return fail(str(exc), exit_codes.STORE)
+    store = open_store(settings, fail)
+    if isinstance(store, int):
+        return store
     with store:
         if args.batch_list:
             return _list(store)
@@ -139,7 +137,6 @@ def _run(
 
     from agents import batch as b
     from agents.runtime import RunOptions
-    from agents.sandbox import sandbox_status
     from storage import BatchStatus, NotFoundError
 
     if args.ray is not None:
@@ -159,14 +156,9 @@ def _run(
         adapter_name = args.batch_adapter
         workers = args.workers
 
-    if args.unsafe_no_sandbox:
-        from app.headless import UNSAFE_WARNING
-
-        print(UNSAFE_WARNING, file=sys.stderr)
-    else:
-        status = sandbox_status()
-        if not status.ok:
-            return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
+    refused = refuse_without_sandbox(args.unsafe_no_sandbox, fail)
+    if refused is not None:
+        return refused
 
     if args.ray is not None:
         try:
@@ -174,29 +166,12 @@ def _run(
         except b.BatchStopped as exc:
             return fail(str(exc), exit_codes.USAGE)
 
-    adapter = None
-    if adapter_name:
-        from app.train_cli import AdapterLookupError, find_adapter
-
-        try:
-            adapter = find_adapter(store, adapter_name)
-        except AdapterLookupError as exc:
-            return fail(str(exc), exit_codes.USAGE)
-
-    from agents.backends import BackendError, open_backend
-
-    print("loading the model...", file=sys.stderr, flush=True)
+    opened = open_model(settings, store, adapter_name, fail)
+    if isinstance(opened, int):
+        return opened
+    backend = opened
+    adapter = backend.active_adapter
     try:
-        backend = open_backend(settings)
-    except BackendError as exc:
-        return fail(str(exc), exit_codes.MODEL)
-    try:
-        if adapter is not None:
-            try:
-                backend.load_adapter(adapter.name, adapter.path)
-                backend.use_adapter(adapter.name)
-            except BackendError as exc:
-                return fail(str(exc), exit_codes.MODEL)
         options = RunOptions.from_settings(
             settings,
             approval=args.batch_approval,
@@ -216,7 +191,7 @@ def _run(
                     "approval": args.batch_approval,
                     "backend": backend.name,
                     "model": backend.model,
-                    "adapter": adapter.name if adapter is not None else None,
+                    "adapter": adapter,
                     "ray": args.ray,
                 },
             )
@@ -238,7 +213,7 @@ def _run(
                     batch.id,
                     workers,
                     address=args.ray,
-                    adapter=adapter.name if adapter is not None else None,
+                    adapter=adapter,
                     on_progress=bar,
                 )
             else:

@@ -15,15 +15,11 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from app import exit_codes
+from app.common import open_model, open_store, refuse_without_sandbox
 
 if TYPE_CHECKING:
     from agents.runtime import Event
     from agents.settings import Settings
-
-UNSAFE_WARNING = (
-    "WARNING: --unsafe-no-sandbox: model-written code runs WITHOUT the sandbox, as you, "
-    "with your files and network. Only rlimits and timeouts apply."
-)
 
 
 def fail(message: str, code: int) -> int:
@@ -74,9 +70,8 @@ class Progress:
 
 def run_query(args: argparse.Namespace, settings: Settings) -> int:
     from agents.runtime import RunOptions, Runtime, task_from_snapshot
-    from agents.sandbox import sandbox_status
     from agents.tasks import TaskError, load_task, prompt_task
-    from storage import NotFoundError, SessionStatus, StoreError, TraceStore
+    from storage import NotFoundError, SessionStatus
 
     message: str | None = None
     try:
@@ -94,18 +89,13 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
     except TaskError as exc:
         return fail(str(exc), exit_codes.USAGE)
 
-    if args.unsafe_no_sandbox:
-        print(UNSAFE_WARNING, file=sys.stderr)
-    else:
-        status = sandbox_status()
-        if not status.ok:
-            return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
+    refused = refuse_without_sandbox(args.unsafe_no_sandbox, fail)
+    if refused is not None:
+        return refused
 
-    try:
-        store = TraceStore(settings.database())
-    except StoreError as exc:
-        return fail(str(exc), exit_codes.STORE)
-
+    store = open_store(settings, fail)
+    if isinstance(store, int):
+        return store
     with store:
         if args.resume is not None:
             try:
@@ -116,31 +106,10 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
                 return fail(f"session {session.id} is completed: nothing to resume", 2)
             task = task_from_snapshot(session.settings.get("task", {}))
 
-        adapter = None
-        if getattr(args, "adapter_name", None):
-            from app.train_cli import AdapterLookupError, find_adapter
-
-            try:
-                adapter = find_adapter(store, args.adapter_name)
-            except AdapterLookupError as exc:
-                return fail(str(exc), exit_codes.USAGE)
-
-        from agents.backends import BackendError, open_backend
-
-        print("loading the model...", file=sys.stderr, flush=True)
-        try:
-            backend = open_backend(settings)
-        except BackendError as exc:
-            return fail(str(exc), exit_codes.MODEL)
-        if adapter is not None:
-            # The session records the backend's active adapter when it starts.
-            try:
-                backend.load_adapter(adapter.name, adapter.path)
-                backend.use_adapter(adapter.name)
-            except BackendError as exc:
-                backend.close()
-                return fail(str(exc), exit_codes.MODEL)
-            print(f"using adapter {adapter.name!r}", file=sys.stderr, flush=True)
+        opened = open_model(settings, store, getattr(args, "adapter_name", None), fail)
+        if isinstance(opened, int):
+            return opened
+        backend = opened
         # The model's objects live as long as the run: keep them out of every full
         # collection (measured: a third less runtime overhead per tick on a CPU).
         gc.freeze()

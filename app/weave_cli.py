@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 from app import exit_codes
+from app.common import open_store
 
 if TYPE_CHECKING:
     from agents.settings import Settings
-    from storage import TraceStore
 
 
 def add_import_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,15 +36,6 @@ def fail(command: str, message: str, code: int) -> int:
     return code
 
 
-def _open_store(settings: Settings, command: str) -> TraceStore | int:
-    from storage import StoreError, TraceStore
-
-    try:
-        return TraceStore(settings.database())
-    except StoreError as exc:
-        return fail(command, str(exc), exit_codes.STORE)
-
-
 def run_import(args: argparse.Namespace, settings: Settings) -> int:
     from agents.weave import import_paths, trace_files
 
@@ -54,7 +46,7 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
         return fail(
             "import", "no trace files (*.json, *.jsonl, *.jsonl.gz) there", exit_codes.USAGE
         )
-    store = _open_store(settings, "import")
+    store = open_store(settings, partial(fail, "import"))
     if isinstance(store, int):
         return store
     with store:
@@ -96,7 +88,7 @@ def run_export_weave(args: argparse.Namespace, settings: Settings) -> int:
         return fail(
             "export", f"SESSION is a session id, not {args.session_ref!r}", exit_codes.USAGE
         )
-    store = _open_store(settings, "export")
+    store = open_store(settings, partial(fail, "export"))
     if isinstance(store, int):
         return store
     with store:

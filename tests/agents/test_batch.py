@@ -26,22 +26,10 @@ from tests.backends.vllm_server import (
     running_vllm_server,
     vllm_python_or_skip,
 )
+from tests.support.answer_task import task_toml
 
 pytestmark = pytest.mark.timeout(600)
 
-TASK_TOML = """\
-title = "{title}"
-prompt = "Write the answer to answer.txt."
-max_ticks = 1
-checks = '''
-def check_question(subagent):
-    return subagent.read_file("question.txt").startswith("What")
-def check_{name}(subagent):
-    return {result}
-'''
-[files]
-"question.txt" = "What is six times seven?"
-"""
 
 FAST = RunOptions(
     candidates=1,
@@ -60,8 +48,8 @@ def write_tasks(folder: Path, count: int) -> tuple[Path, int]:
     first tick), the others never do (truncated at the task's one tick). Returns the file
     and how many complete."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "easy.toml").write_text(TASK_TOML.format(title="easy", name="done", result="True"))
-    (folder / "hard.toml").write_text(TASK_TOML.format(title="hard", name="done", result="False"))
+    (folder / "easy.toml").write_text(task_toml(True, title="easy", max_ticks=1))
+    (folder / "hard.toml").write_text(task_toml(False, title="hard", max_ticks=1))
     lines = []
     easy = 0
     for i in range(count):
@@ -198,11 +186,7 @@ def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
     tasks_file, easy = write_tasks(tmp_path / "tasks", 12)
     text = tasks_file.read_text().replace('"hard.toml"', '"hard3.toml"')
     tasks_file.write_text(text)
-    (tmp_path / "tasks" / "hard3.toml").write_text(
-        TASK_TOML.format(title="hard", name="done", result="False").replace(
-            "max_ticks = 1", "max_ticks = 3"
-        )
-    )
+    (tmp_path / "tasks" / "hard3.toml").write_text(task_toml(False, title="hard", max_ticks=3))
     db = tmp_path / "traces.db"
     first = subprocess.Popen(
         _batch_command(tmp_path, vllm_server, str(tasks_file), "--workers", "2"),

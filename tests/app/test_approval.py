@@ -10,8 +10,6 @@ from rich.syntax import Syntax
 from textual.app import App
 from textual.binding import Binding
 from textual.command import CommandList, CommandPalette
-from textual.message import Message
-from textual.notifications import Notification, Notify
 from textual.widgets import Input, OptionList, Static, TextArea
 
 from agents.approval import ApprovalRequest, Decision
@@ -29,6 +27,7 @@ from tests.app.snapshot_apps.approval_app import (
     SECOND_ALTERNATE,
     build_approval_request,
 )
+from tests.support.pilot import Notes
 
 SIZE = (120, 40)
 SNAPSHOT_APP = Path(__file__).parent / "snapshot_apps" / "approval_app.py"
@@ -55,20 +54,6 @@ class Host(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(ApprovalScreen(self.request), self.decisions.append)
-
-
-class Notes:
-    """Collects the notifications posted while the app runs (run_test's message_hook)."""
-
-    def __init__(self) -> None:
-        self.seen: list[Notification] = []
-
-    def __call__(self, message: Message) -> None:
-        if isinstance(message, Notify):
-            self.seen.append(message.notification)
-
-    def texts(self) -> list[str]:
-        return [note.message for note in self.seen]
 
 
 def modal(app: Host) -> ApprovalScreen:

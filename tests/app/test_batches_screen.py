@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.notifications import Notification, Notify
 from textual.widgets import DataTable, Static
 
 from agents.settings import Settings
@@ -27,7 +26,7 @@ from app.screens.main import MainCommands
 from app.widgets.trace_tree import BlockEntry, TraceTree
 from storage import Batch, BatchStatus, BatchTaskStatus, TraceStore
 from tests.support.label_trees import SessionBuilder
-from tests.support.pilot import plain, settle, until
+from tests.support.pilot import Notes, plain, settle, until
 
 pytestmark = pytest.mark.timeout(120)
 SIZE = (150, 40)
@@ -43,18 +42,6 @@ SPECS: list[dict[str, Any]] = [
 def store(tmp_path: Path) -> Iterator[TraceStore]:
     with TraceStore(tmp_path / "traces.db") as opened:
         yield opened
-
-
-class Notes:
-    def __init__(self) -> None:
-        self.all: list[Notification] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.all.append(message.notification)
-
-    def text(self) -> str:
-        return "\n".join(n.message for n in self.all)
 
 
 def result(passed: int, total: int, reward: float, tokens: int) -> dict[str, Any]:

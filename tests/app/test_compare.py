@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from textual.notifications import Notification, Notify
 from textual.widgets import RichLog, Static
 
 from agents.backends.transformers_backend import TransformersBackend
@@ -35,7 +34,7 @@ from app.widgets.status_bar import StatusBar
 from storage import NodeStatus, SessionStatus, TraceStore
 from tests.support.answer_task import TASK
 from tests.support.label_trees import SessionBuilder
-from tests.support.pilot import plain, until
+from tests.support.pilot import Notes, plain, until
 
 pytestmark = pytest.mark.timeout(300)
 SIZE = (140, 44)
@@ -53,18 +52,6 @@ def backend(tiny_model_dir: Path, tiny_adapter_dir: Path) -> Iterator[Transforme
     loaded.load_adapter("tuned", str(tiny_adapter_dir))
     yield loaded
     loaded.close()
-
-
-class Notes:
-    def __init__(self) -> None:
-        self.all: list[Notification] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.all.append(message.notification)
-
-    def text(self) -> str:
-        return "\n".join(n.message for n in self.all)
 
 
 def settings(model: Path) -> Settings:

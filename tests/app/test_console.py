@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from textual.notifications import Notification, Notify
 from textual.pilot import Pilot
 from textual.widgets.tree import TreeNode
 
@@ -28,6 +27,7 @@ from app.widgets.inspector import EMPTY as INSPECTOR_EMPTY
 from app.widgets.inspector import Inspector
 from app.widgets.trace_tree import BlockEntry, Entry, SessionEntry, TickEntry, TraceTree
 from storage import NewNode, Node, NodeStatus, TraceStore
+from tests.support.pilot import Notes
 
 SIZE = (120, 40)
 
@@ -81,20 +81,6 @@ class Filled:
 @pytest.fixture
 def filled(store: TraceStore) -> Filled:
     return Filled(store)
-
-
-class Notes:
-    """Every notification the app posts, caught with run_test's public message_hook."""
-
-    def __init__(self) -> None:
-        self.all: list[Notification] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.all.append(message.notification)
-
-    def of(self, severity: str) -> list[str]:
-        return [n.message for n in self.all if n.severity == severity]
 
 
 NO_MODEL = "no model: the backend setting is `none`. Browsing, labelling and training still work."

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from textual.notifications import Notification, Notify
 from textual.widgets import DataTable, Input, Log, Sparkline, Static
 
 from agents.settings import Settings
@@ -30,7 +29,7 @@ from app.screens.train_confirm import TrainConfirmScreen
 from app.widgets.status_bar import StatusBar
 from storage import Job, JobKind, JobStatus, TraceStore
 from tests.support.label_trees import SessionBuilder
-from tests.support.pilot import plain, settle, until
+from tests.support.pilot import Notes, plain, settle, until
 from training.jobs import JobOptions, log_path, needed_labels_message, queue_job, worker_alive
 from training.rules import count_training_data
 
@@ -42,18 +41,6 @@ SIZE = (130, 40)
 def store(tmp_path: Path) -> Iterator[TraceStore]:
     with TraceStore(tmp_path / "traces.db") as opened:
         yield opened
-
-
-class Notes:
-    def __init__(self) -> None:
-        self.all: list[Notification] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.all.append(message.notification)
-
-    def text(self) -> str:
-        return "\n".join(n.message for n in self.all)
 
 
 def no_model() -> Settings:

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from textual.app import App
-from textual.notifications import Notification, Notify
 from textual.widgets import Input, Static
 
 from app import exit_codes
 from app.screens.label import EMPTY, LabelScreen
 from storage import LabelScope, LabelValue, TraceStore
 from tests.support.label_trees import SessionBuilder, Tick
-from tests.support.pilot import settle
+from tests.support.pilot import Notes, settle
 from tests.support.traces import build_session
 from training.queue import PAGE_SIZE, load_queue_page
 from training.rules import count_training_data
@@ -49,17 +48,6 @@ class OnlyScreen(App[None]):
 
     def get_default_screen(self) -> LabelScreen:
         return LabelScreen(self.store)
-
-
-class Notes:
-    """Every notification the app posts, caught with run_test's public message_hook."""
-
-    def __init__(self) -> None:
-        self.all: list[Notification] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.all.append(message.notification)
 
 
 @pytest.fixture

@@ -15,28 +15,17 @@ import pytest
 
 from app import exit_codes
 from tests.app.test_cli import SCRIPT, _env, _one_error_line, _run
+from tests.support.answer_task import task_toml
 
 pytestmark = pytest.mark.timeout(300)
 
-TASK_TOML = """\
-title = "Answer the question"
-prompt = "Write the answer to answer.txt."
-checks = '''
-def check_seeded(subagent):
-    return subagent.read_file("question.txt").startswith("What")
-def check_{name}(subagent):
-    return {result}
-'''
-[files]
-"question.txt" = "What is six times seven?"
-"""
 
 FAST = ("--candidates", "2", "--escalation", "", "--block-tokens", "24", "--max-ticks", "1")
 
 
 def _task(tmp_path: Path, passes: bool) -> Path:
     path = tmp_path / ("easy.toml" if passes else "hard.toml")
-    path.write_text(TASK_TOML.format(name="done", result="True" if passes else "False"))
+    path.write_text(task_toml(passes))
     return path
 
 

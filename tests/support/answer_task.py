@@ -29,3 +29,21 @@ SOLVE = """def solve(subagent):
     subagent.tell_operator("I wrote 42 to answer.txt")
     return "written"
 self.add_action("Write the answer", solve)"""
+
+
+def task_toml(passes: bool, *, title: str = "Answer the question", max_ticks: int = 0) -> str:
+    """A task file whose checks pass (the session completes in its first tick) or never
+    do, whatever the model writes: outcomes a test can count on."""
+    limit = f"max_ticks = {max_ticks}\n" if max_ticks else ""
+    return f"""\
+title = "{title}"
+prompt = "Write the answer to answer.txt."
+{limit}checks = '''
+def check_seeded(subagent):
+    return subagent.read_file("question.txt").startswith("What")
+def check_done(subagent):
+    return {passes}
+'''
+[files]
+"question.txt" = "What is six times seven?"
+"""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from rich.console import Console
+from textual.notifications import Notification, Notify
 from textual.pilot import Pilot
 from textual.widgets import Static
 from textual.worker import WorkerState
@@ -44,3 +45,27 @@ def plain(widget: Static) -> str:
     with console.capture() as captured:
         console.print(widget.content)
     return captured.get()
+
+
+class Notes:
+    """Every notification the app posts, caught with run_test's public message_hook."""
+
+    def __init__(self) -> None:
+        self.all: list[Notification] = []
+
+    def __call__(self, message: object) -> None:
+        if isinstance(message, Notify):
+            self.all.append(message.notification)
+
+    @property
+    def seen(self) -> list[Notification]:
+        return self.all
+
+    def texts(self) -> list[str]:
+        return [note.message for note in self.all]
+
+    def text(self) -> str:
+        return "\n".join(self.texts())
+
+    def of(self, severity: str) -> list[str]:
+        return [n.message for n in self.all if n.severity == severity]

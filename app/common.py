@@ -1,0 +1,80 @@
+"""What the headless subcommands share: opening the store and the model, each failure one
+line through the command's own `fail` and an exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from app import exit_codes
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
+    from agents.settings import Settings
+    from storage import TraceStore
+
+#: A command's error printer: one line, returns the exit code it is given.
+Fail = Callable[[str, int], int]
+
+UNSAFE_WARNING = (
+    "WARNING: --unsafe-no-sandbox: model-written code runs WITHOUT the sandbox, as you, "
+    "with your files and network. Only rlimits and timeouts apply."
+)
+
+
+def refuse_without_sandbox(unsafe: bool, fail: Fail) -> int | None:
+    """Exit code 1 after one line (why, and how to fix it) when model-written code cannot
+    run sandboxed here; with `--unsafe-no-sandbox`, the loud warning instead. None: go on."""
+    if unsafe:
+        print(UNSAFE_WARNING, file=sys.stderr)
+        return None
+    from agents.sandbox import sandbox_status
+
+    status = sandbox_status()
+    if not status.ok:
+        return fail(f"the sandbox is unavailable: {status.detail}. {status.fix}", 1)
+    return None
+
+
+def open_store(settings: Settings, fail: Fail) -> TraceStore | int:
+    """The trace store the settings name, or exit code 5 after one line."""
+    from storage import StoreError, TraceStore
+
+    try:
+        return TraceStore(settings.database())
+    except StoreError as exc:
+        return fail(str(exc), exit_codes.STORE)
+
+
+def open_model(
+    settings: Settings, store: TraceStore, adapter_name: str | None, fail: Fail
+) -> Backend | int:
+    """The model backend for a headless run, with the registered adapter `adapter_name`
+    loaded and in use (sessions record the backend's active adapter when they start); an
+    exit code after one line when that cannot be."""
+    adapter = None
+    if adapter_name:
+        from app.train_cli import AdapterLookupError, find_adapter
+
+        try:
+            adapter = find_adapter(store, adapter_name)
+        except AdapterLookupError as exc:
+            return fail(str(exc), exit_codes.USAGE)
+
+    from agents.backends import BackendError, open_backend
+
+    print("loading the model...", file=sys.stderr, flush=True)
+    try:
+        backend = open_backend(settings)
+    except BackendError as exc:
+        return fail(str(exc), exit_codes.MODEL)
+    if adapter is not None:
+        try:
+            backend.load_adapter(adapter.name, adapter.path)
+            backend.use_adapter(adapter.name)
+        except BackendError as exc:
+            backend.close()
+            return fail(str(exc), exit_codes.MODEL)
+        print(f"using adapter {adapter.name!r}", file=sys.stderr, flush=True)
+    return backend
