@@ -68,8 +68,68 @@ def run_doctor(settings: Settings) -> int:
     except StoreError as exc:
         good = False
         print(line(False, "trace store", str(exc)))
+    print(line(True, "gpu", _gpus()))
+    ok, detail = _disk(settings)
+    good &= ok
+    print(
+        line(
+            ok,
+            "disk",
+            detail,
+            "free some space there, or point --db and XDG_DATA_HOME at a larger disk",
+        )
+    )
     sys.stdout.flush()
     return exit_codes.OK if good else exit_codes.FAILED
+
+
+#: Below this much free space in the data folder, training and the store are at risk
+#: (a LoRA checkpoint of a 7B model is a few hundred MB; a session's store rows add up).
+MIN_FREE_BYTES = 2 * 1024**3
+
+
+def _gpus() -> str:
+    """What training and in-process models will run on: CUDA devices with their memory, or
+    the CPU. Never a failure: everything runs on a CPU, slower."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed: models run on a server only"
+    if not torch.cuda.is_available():
+        return (
+            f"none (torch {torch.__version__}, CUDA not available): the CPU trains and runs models"
+        )
+    names = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        names.append(f"{props.name} {props.total_memory / 1024**3:.0f} GiB")
+    return f"{len(names)} CUDA device(s), CUDA {torch.version.cuda}: " + "; ".join(names)
+
+
+def _disk(settings: Settings) -> tuple[bool, str]:
+    import shutil
+
+    from agents.settings import data_dir
+    from storage.engine import database_url, sqlite_path
+
+    folder = data_dir()
+    try:
+        path = sqlite_path(database_url(settings.database()))
+    except Exception:  # the store line above has already said what is wrong with it
+        path = None
+    places = {str(folder): folder}
+    if path is not None:
+        places[str(path.parent)] = path.parent
+    details = []
+    ok = True
+    for name, place in places.items():
+        probe = place
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        ok &= free >= MIN_FREE_BYTES
+        details.append(f"{free / 1024**3:.1f} GiB free in {name}")
+    return ok, "; ".join(details) + ("" if ok else " (under 2 GiB)")
 
 
 def _server_answers(url: str, timeout: float) -> tuple[bool, str]:
