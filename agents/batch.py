@@ -28,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -337,8 +337,15 @@ def progress_of(store: TraceStore, batch_id: int, since: float, tokens_before: i
     return Progress(counts, tokens, time.monotonic() - since)
 
 
-def start_batch(store: TraceStore, tasks_file: str | Path, config: Mapping[str, Any]) -> Batch:
-    specs, digest = read_tasks(tasks_file)
+def start_batch(
+    store: TraceStore,
+    tasks_file: str | Path,
+    config: Mapping[str, Any],
+    read: tuple[list[dict[str, Any]], str] | None = None,
+) -> Batch:
+    """Store a batch of the file's tasks, all pending (`read`: what `read_tasks` gave, when
+    the file was read already)."""
+    specs, digest = read if read is not None else read_tasks(tasks_file)
     path = Path(tasks_file)
     return store.create_batch(
         specs, name=path.name, source=str(path.resolve()), source_hash=digest, config=dict(config)
@@ -592,7 +599,3 @@ def describe_counts(counts: Mapping[BatchTaskStatus, int]) -> str:
     if left:
         parts.append(f"{left} left")
     return ", ".join(parts)
-
-
-def open_specs(tasks: Iterable[BatchTask]) -> list[BatchTask]:
-    return [t for t in tasks if t.status in (BatchTaskStatus.PENDING, BatchTaskStatus.ABORTED)]

@@ -133,7 +133,6 @@ def _log_to_file() -> str:
 def _run(
     args: argparse.Namespace, settings: Settings, store: TraceStore, specs: Any, log_path: str
 ) -> int:
-    from pathlib import Path
 
     from agents import batch as b
     from agents.runtime import RunOptions
@@ -151,10 +150,9 @@ def _run(
         if batch.status is BatchStatus.COMPLETED:
             return fail(f"batch {batch.id} is completed: nothing to resume", exit_codes.USAGE)
         adapter_name = batch.config.get("adapter")
-        workers = args.workers
     else:
         adapter_name = args.batch_adapter
-        workers = args.workers
+    workers = args.workers
 
     refused = refuse_without_sandbox(args.unsafe_no_sandbox, fail)
     if refused is not None:
@@ -179,22 +177,15 @@ def _run(
             memory=False,  # every session of a batch sees the same context: comparable
         )
         if args.batch_resume is None:
-            tasks_specs, digest = specs
-            path = Path(args.tasks)
-            batch = store.create_batch(
-                tasks_specs,
-                name=path.name,
-                source=str(path.resolve()),
-                source_hash=digest,
-                config={
-                    "workers": workers,
-                    "approval": args.batch_approval,
-                    "backend": backend.name,
-                    "model": backend.model,
-                    "adapter": adapter,
-                    "ray": args.ray,
-                },
-            )
+            config = {
+                "workers": workers,
+                "approval": args.batch_approval,
+                "backend": backend.name,
+                "model": backend.model,
+                "adapter": adapter,
+                "ray": args.ray,
+            }
+            batch = b.start_batch(store, args.tasks, config, read=specs)
         print(
             f"batch {batch.id}: {len(store.batch_tasks(batch.id))} tasks, {workers} at a time"
             + (f" on Ray ({args.ray})" if args.ray else ""),
