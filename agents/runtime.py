@@ -33,7 +33,14 @@ from agents.approval import Aborted, ApprovalRequest, Asker, Decision, Gate, Pol
 from agents.backends.base import BackendError
 from agents.blocks import Header
 from agents.memory import MEMORY_TITLE, Memory, render_memory, shared_memory
-from agents.sandbox import CallResult, Kernel, Limits, SandboxUnavailable, sandbox_status
+from agents.sandbox import (
+    CallResult,
+    Kernel,
+    Limits,
+    SandboxError,
+    SandboxUnavailable,
+    sandbox_status,
+)
 from agents.tasks import Task, seed_workdir
 from storage import (
     Actor,
@@ -908,7 +915,12 @@ class Runtime:
         self._checkpoint()
         kernel = self._kernel
         assert kernel is not None
-        result = call(kernel)
+        try:
+            result = call(kernel)
+        except SandboxError:
+            if self._stop.is_set():  # stop() closed the kernel under the call
+                raise Aborted("stopped") from None
+            raise
         if self._stop.is_set():
             raise Aborted("stopped")
         if not kernel.alive:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from storage import Batch, TraceStore
 
 APPROVALS = ("auto", "evaluated", "deny")
+BAR_WIDTH = 20
 
 
 def add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -273,9 +274,11 @@ class _Bar:
     def __call__(self, progress: Progress) -> None:
         from agents.batch import describe_counts
 
+        filled = round(BAR_WIDTH * progress.finished / progress.total) if progress.total else 0
+        bar = "█" * filled + "░" * (BAR_WIDTH - filled)
         line = (
-            f"{progress.finished}/{progress.total} tasks: {describe_counts(progress.counts)}"
-            f" · {progress.tokens_per_second:.0f} tokens/s"
+            f"{bar} {progress.finished}/{progress.total} tasks: "
+            f"{describe_counts(progress.counts)} · {progress.tokens_per_second:.0f} tokens/s"
         )
         if line == self.last:
             return

@@ -6,6 +6,7 @@ session."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -215,6 +216,9 @@ def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
     assert first.returncode == exit_codes.INTERRUPTED, err
     assert "Traceback" not in err, err
     assert "--resume 1" in err
+    # the progress bar: done out of all, the counts, tokens/s
+    assert re.search(r"^[█░]{20} \d+/12 tasks: \d+ completed, 0 failed, \d+ truncated", err, re.M)
+    assert re.search(r" · \d+ tokens/s$", err, re.M)
     assert out.startswith("batch 1 aborted: ")
     with TraceStore(db) as store:
         (batch,) = store.list_batches()
@@ -243,7 +247,10 @@ def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
     with TraceStore(db) as store:
         assert store.get_batch(batch.id).status is BatchStatus.COMPLETED
         done = store.batch_tasks(batch.id)
-        assert {t.status for t in done} <= {BatchTaskStatus.COMPLETED, BatchTaskStatus.TRUNCATED}
+        assert {t.status for t in done} <= {
+            BatchTaskStatus.COMPLETED,
+            BatchTaskStatus.TRUNCATED,
+        }, [(t.line, t.status, t.error) for t in done]
         sessions = [t.session_id for t in done]
         # exactly once: one session per task, and no other session in the store
         assert None not in sessions and len(set(sessions)) == len(done) == 12
