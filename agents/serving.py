@@ -40,6 +40,7 @@ class ServeOptions:
     max_lora_rank: int = 64
     max_logprobs: int = 20
     adapters: Mapping[str, str] = field(default_factory=dict)
+    gpu_memory_utilization: float | None = None
     extra_args: Sequence[str] = ()
 
     @property
@@ -69,6 +70,8 @@ def vllm_command(python: str, options: ServeOptions) -> list[str]:
     ]  # fmt: skip
     if options.max_model_len:
         command += ["--max-model-len", str(options.max_model_len)]
+    if options.gpu_memory_utilization is not None:
+        command += ["--gpu-memory-utilization", str(options.gpu_memory_utilization)]
     if options.adapters:
         command += ["--lora-modules", *(f"{n}={p}" for n, p in options.adapters.items())]
     return [*command, *options.extra_args]

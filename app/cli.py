@@ -220,6 +220,13 @@ def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     serve.add_argument("--max-model-len", type=int, metavar="N", help="context length to serve")
     serve.add_argument("--dtype", default="auto", help="weights dtype (default: %(default)s)")
     serve.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        metavar="F",
+        help="share of the GPU's memory vLLM may take, 0-1 (vLLM's default: 0.9); lower it "
+        "to leave room for a training job on the same GPU",
+    )
+    serve.add_argument(
         "--max-lora-rank",
         type=int,
         default=64,
@@ -386,6 +393,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             return fail(str(exc), exit_codes.USAGE)
     if not 0 < args.port < 65536:
         return fail(f"--port {args.port}: not a port number", exit_codes.USAGE)
+    share = args.gpu_memory_utilization
+    if share is not None and not 0 < share <= 1:
+        message = f"--gpu-memory-utilization {share}: give a share between 0 and 1"
+        return fail(message, exit_codes.USAGE)
     model = args.model or settings.model.strip() or DEFAULT_MODEL
     options = ServeOptions(
         model=model,
@@ -396,6 +407,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         dtype=args.dtype,
         max_lora_rank=args.max_lora_rank,
         adapters=adapters,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
     try:
         check_model_available(model)

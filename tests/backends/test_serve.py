@@ -65,6 +65,23 @@ def test_a_bad_adapter_is_a_usage_error(tmp_path: Path, tiny_model_dir: Path) ->
     assert "adapter 'a1'" in line and "not a PEFT adapter folder" in line
 
 
+def test_gpu_memory_share_reaches_vllm_and_nonsense_is_refused(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    from agents.serving import ServeOptions, vllm_command
+
+    command = vllm_command("python", ServeOptions(str(tiny_model_dir), gpu_memory_utilization=0.4))
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.4"
+    assert "--gpu-memory-utilization" not in vllm_command("python", ServeOptions("m"))
+    result = subprocess.run(
+        [str(SCRIPT), "serve", "--model", str(tiny_model_dir), "--gpu-memory-utilization", "1.5"],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "--gpu-memory-utilization 1.5: give a share between 0 and 1" in line
+
+
 def test_serve_without_vllm_exits_3(tmp_path: Path, tiny_model_dir: Path) -> None:
     result = subprocess.run(
         [str(SCRIPT), "serve", "--model", str(tiny_model_dir)], env=_env(tmp_path),
