@@ -8,7 +8,12 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test lint bench install vllm
+.PHONY: run test lint bench install vllm tiny-model
+
+# A model to try the console with where none can be downloaded: the tests' tiny Qwen2
+# (tests/support/tiny_model.py; random weights, ~3 MB, a few seconds), built into
+# TINY_MODEL. Then: make run ARGS="--model tiny-model --task fix_failing_test".
+TINY_MODEL ?= tiny-model
 
 run: $(STAMP)
 	$(BIN)/agent-console $(ARGS)
@@ -32,6 +37,10 @@ bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/batch.py --no-ray
 
 install: $(STAMP)
+
+tiny-model: $(STAMP)
+	$(BIN)/python -c "from tests.support.tiny_model import build_tiny_model as b; \
+	print('built', b('$(TINY_MODEL)', norm_scale=8.0))"
 
 vllm: $(VLLM_STAMP)
 

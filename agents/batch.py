@@ -69,6 +69,8 @@ _STATUS_OF = {
 }
 #: Seconds between two looks at the store for progress.
 POLL_SECONDS = 0.5
+#: A tasks file larger than this is refused unread (a line per task, not the data).
+MAX_TASKS_FILE_BYTES = 64 << 20
 
 
 class TasksFileError(ValueError):
@@ -88,6 +90,11 @@ def read_tasks(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     other machines and later resumes find them)."""
     source = Path(path)
     try:
+        size = source.stat().st_size
+        if size > MAX_TASKS_FILE_BYTES:
+            raise TasksFileError(
+                f"{source}: {size:,} bytes is too large for a tasks file (at most 64 MiB)"
+            )
         data = source.read_bytes()
     except OSError as exc:
         raise TasksFileError(f"{source}: {exc.strerror or exc}") from None

@@ -321,9 +321,30 @@ def to_weave(node: Node) -> dict[str, Any]:
     return block
 
 
+#: The node metadata key for how many characters of its body a block shows in the
+#: context (the runtime sets it on an operator's edit too long for a context; the store
+#: keeps the whole text, which is what ran). Stored, so re-rendering needs no rule.
+CONTEXT_CHARS_META = "context_chars"
+
+
+def clip_body(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters for the context: its head and tail, a marker
+    between them."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]}\n# [... {len(text) - limit} characters cut ...]\n{text[head - limit :]}"
+
+
 def render_block(node: Node) -> str:
-    """One stored block as the model sees it in its context."""
-    return render_weave(to_weave(node))
+    """One stored block as the model sees it in its context (a body longer than its
+    `CONTEXT_CHARS_META` cut to that)."""
+    block = to_weave(node)
+    limit = node.meta.get(CONTEXT_CHARS_META)
+    body = block.get("body")
+    if isinstance(limit, int) and isinstance(body, str) and len(body) > limit:
+        block["body"] = clip_body(body, limit)
+    return render_weave(block)
 
 
 def tick_summary(tick: int, nodes: Sequence[Node]) -> str:
@@ -454,6 +475,8 @@ def parse_error(code: str) -> str | None:
         return f"line {exc.lineno}: {exc.msg}" if exc.lineno else exc.msg
     except ValueError as exc:  # e.g. null bytes
         return one_line(str(exc))
+    except (RecursionError, MemoryError):
+        return "nested too deeply to parse"
     return None
 
 
@@ -462,7 +485,7 @@ def registered_titles(code: str, method: str) -> list[str]:
     lints; what the kernel actually registers is what counts at run time)."""
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     titles = []
     for call in ast.walk(tree):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import blocks, ranking
 from agents.approval import Aborted, ApprovalRequest, Asker, Decision, Gate, Policy
-from agents.backends.base import BackendError
+from agents.backends.base import BackendError, ContextOverflowError
 from agents.blocks import Header
 from agents.memory import MEMORY_TITLE, Memory, render_memory, shared_memory
 from agents.sandbox import (
@@ -67,6 +67,9 @@ CONTEXT_MARGIN = 8
 #: many characters in a block; the sandbox's own caps still apply to what is stored.
 RUNTIME_TEXT_CHARS = 4000
 REMINDER_CHARS = 600
+#: An operator's edit longer than this shows in the context cut to it (the store keeps
+#: it whole): a pasted megabyte must not end the session.
+OPERATOR_CONTEXT_CHARS = 8000
 #: Seconds a tick may spend embedding new blocks into the memory (the rest waits).
 MEMORY_SYNC_SECONDS = 5.0
 
@@ -581,11 +584,19 @@ class Runtime:
         prefix = self._prefix_before(action)
         question = ranking.QUESTIONS[blocks.ACTION]
         earlier = [n.text for n in self.path if n.kind == blocks.ACTION]
-        log_odds = self.backend.score_yes_no([ranking.question_prompt(prefix, text, question)])
-        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier)[0]
         meta = {
             k: v for k, v in action.meta.items() if k in ("index", "timestamp", "q", "collapsed")
         }
+        # The store keeps the whole edit (it is what runs); the context shows it capped.
+        shown = text
+        if len(text) > OPERATOR_CONTEXT_CHARS:
+            meta[blocks.CONTEXT_CHARS_META] = OPERATOR_CONTEXT_CHARS
+            shown = blocks.clip_body(text, OPERATOR_CONTEXT_CHARS)
+        try:
+            log_odds = self.backend.score_yes_no([ranking.question_prompt(prefix, shown, question)])
+        except ContextOverflowError:  # too long to ask about: stored unscored, never lost
+            log_odds = [0.0]
+        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier)[0]
         titles = blocks.registered_titles(text, "add_action")
         if titles:
             meta["title"] = titles[-1]
@@ -1039,7 +1050,7 @@ class Runtime:
     def _set_status(self, status: SessionStatus, reason: str | None) -> None:
         if not self.session_id:
             return
-        self.store.set_session_status(self.session_id, status)
+        self.store.set_session_status(self.session_id, status, reason=reason or "")
         self._emit("status", status=status.value, reason=reason)
 
     def _emit_node(self, node: Node) -> None:

@@ -79,6 +79,12 @@ _CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 
 _AF_UNIX = 1
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
+# The argument that holds a file mode, per syscall that sets one. The sandbox's uid maps to
+# the console's own uid outside, so a set-user-ID file left in the work dir would run as the
+# operator (as root, if the console is root) for anyone who can reach it: such modes fail.
+_MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "open": 2,
+                  "openat": 3, "mknod": 1, "mknodat": 2}  # fmt: skip
+_SET_ID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
 
 
 @dataclass(frozen=True)
@@ -283,6 +289,13 @@ def _build_seccomp(path: Path) -> str | None:
         # clone3 passes its flags in memory, out of the filter's sight: glibc falls back to
         # clone() on ENOSYS, whose flags the filter can see.
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        # openat2 passes its mode in memory too; glibc does not use it.
+        with contextlib.suppress(OSError):
+            rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "openat2")
+        for name, arg in _MODE_ARGUMENT.items():
+            for bit in _SET_ID_BITS:
+                with contextlib.suppress(OSError):
+                    rules.add_rule(eperm, name, seccomp.Arg(arg, seccomp.MASKED_EQ, bit, bit))
         for flag in _CLONE_NEW_FLAGS:
             rules.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
         rules.add_rule(eperm, "socket", seccomp.Arg(0, seccomp.NE, _AF_UNIX))
@@ -483,7 +496,14 @@ def _sandbox_argv(
         *_python_binds(),
         "--ro-bind", str(host.kernel), _KERNEL_INSIDE,
         "--proc", "/proc", "--dev", "/dev",
+        # The sandbox's uid is the console's outside: as root, it could write the host's
+        # sysctls (kernel.core_pattern, say) through a writable /proc/sys.
+        "--ro-bind", "/proc/sys", "/proc/sys",
     ]  # fmt: skip
+    # /dev is a tmpfs of its own: read-only, with a size-capped /dev/shm in it.
+    if host.sized_tmpfs:
+        argv += ["--size", str(limits.tmp_bytes)]
+    argv += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += ["--bind", str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
     argv += ["--clearenv"]
     for key, value in _sandbox_env(WORKDIR_INSIDE).items():

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
+#: A config file larger than this is refused unread (it is a few lines of settings).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(Exception):
@@ -207,6 +209,11 @@ def config_path(
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path}: {size:,} bytes is too large for a config file (at most 1 MiB)"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None

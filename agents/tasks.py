@@ -30,6 +30,8 @@ BUILTIN_PREFIX = "builtin:"
 TASK_SUFFIXES = (".toml", ".py")
 TOML_KEYS = ("title", "prompt", "max_ticks", "files", "checks")
 CHECK_PREFIX = "check_"
+#: A task file larger than this is refused unread (its files seed a work directory).
+MAX_TASK_BYTES = 16 << 20
 
 
 class TaskError(Exception):
@@ -134,6 +136,9 @@ def seed_workdir(task: Task, workdir: Path) -> None:
 
 def _load_file(path: Path, source: str) -> Task:
     try:
+        size = path.stat().st_size
+        if size > MAX_TASK_BYTES:
+            raise TaskError(f"{path}: {size:,} bytes is too large for a task file (at most 16 MiB)")
         raw = path.read_bytes()
     except OSError as exc:
         raise TaskError(f"{path}: cannot read task file: {exc.strerror or exc}") from None
@@ -204,6 +209,8 @@ def _from_python(path: Path, text: str, source: str) -> Task:
         module = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise TaskError(f"{path}, line {exc.lineno}: Python syntax error: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise TaskError(f"{path}: Python nested too deeply to parse") from None
     lines = text.splitlines(keepends=True)
     meta: dict[str, Any] = {}
     meta_lines: dict[str, int] = {}
@@ -327,8 +334,11 @@ def _register_checks(
         module = ast.parse(checks)
     except SyntaxError as exc:
         raise TaskError(f"{where(exc.lineno)}: Python syntax error in checks: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise TaskError(f"{where(None)}: checks nested too deeply to parse") from None
     names: list[str] = []
     registered: set[str] = set()
+    defined = _top_level_names(module)
     for node in module.body:
         call = node.value if isinstance(node, ast.Expr) else None
         if (
@@ -344,6 +354,11 @@ def _register_checks(
             names.append(title.value)
             if len(call.args) > 1 and isinstance(call.args[1], ast.Name):
                 registered.add(call.args[1].id)
+                if call.args[1].id not in defined and "*" not in defined:
+                    raise TaskError(
+                        f"{where(node.lineno)}: add_evaluation names {call.args[1].id!r}, "
+                        "which the checks do not define"
+                    )
     auto: list[str] = []
     for node in module.body:
         if isinstance(node, ast.AsyncFunctionDef) and node.name.startswith(CHECK_PREFIX):
@@ -364,6 +379,28 @@ def _register_checks(
     if auto:
         source_text += "\n" + "".join(f'self.add_evaluation("{n}", {n})\n' for n in auto)
     return source_text, (*names, *auto)
+
+
+def _top_level_names(module: ast.Module) -> set[str]:
+    """The names the checks' top level binds (defs, classes, assignments, imports), and the
+    builtins: what an `add_evaluation(title, name)` may name."""
+    import builtins
+
+    names = set(dir(builtins))
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            for child in ast.walk(node):
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                    names.add(child.id)
+                elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(child.name)
+                elif isinstance(child, ast.Import | ast.ImportFrom):
+                    names.update((a.asname or a.name).split(".")[0] for a in child.names)
+    return names
 
 
 def _takes_one_argument(args: ast.arguments) -> bool:

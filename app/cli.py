@@ -12,7 +12,7 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from app import __version__, exit_codes
 from app.batch_cli import add_batch_parser
@@ -44,8 +44,27 @@ file) or the session failed, 2 bad usage or config, 3 no model can be loaded or 
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with every usage error in one line, and a hint where an option of
+    agent-console itself (`--db`, `--model`, ...) was put after a command
+    (`agent-console train sft --db FILE`): it goes before."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            own = {o for a in self._actions for o in a.option_strings if o.startswith("--")}
+            given = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split()]
+            misplaced = [w for w in given if w in own]
+            if misplaced:
+                message += (
+                    f" ({misplaced[0]} is an option of agent-console itself: it goes before "
+                    f"the command, as in `agent-console {misplaced[0]} VALUE COMMAND ...`)"
+                )
+        # One line, not argparse's usage dump above it: the usage is a `--help` away.
+        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = Parser(
         prog=PROG,
         description=(
             "Run an LLM agent in the terminal, approve or edit its actions, label its trace\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import exit_codes
@@ -111,6 +112,9 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         from training.datasets import hf_tokenizer
 
         model = args.tokenizer or settings.model or DEFAULT_MODEL
+        if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
+            # a local folder that is not there: say so, before transformers' long search
+            return fail(f"cannot load the tokenizer of {model!r}: no such folder", exit_codes.MODEL)
         try:
             tokenize = hf_tokenizer(model)
         except Exception as exc:  # transformers raises OSError, ValueError, ... by cause

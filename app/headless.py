@@ -135,8 +135,6 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             backend.close()
 
-    if outcome.backend_error is not None:
-        return fail(str(outcome.backend_error), exit_codes.MODEL)
     if args.json:
         end = {
             "event": "end",
@@ -148,7 +146,12 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
             "tokens": outcome.tokens,
         }
         print(json.dumps(end), flush=True)
-    else:
+    if outcome.backend_error is not None:
+        # the server went away mid-session: the blocks so far are stored, say how to go on
+        sid = outcome.session_id
+        hint = f" (session {sid} is stored as failed: --resume {sid} continues it)" if sid else ""
+        return fail(f"{outcome.backend_error}{hint}", exit_codes.MODEL)
+    if not args.json:
         print(outcome.message, flush=True)
     return {
         SessionStatus.COMPLETED: exit_codes.OK,

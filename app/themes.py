@@ -25,9 +25,16 @@ def theme_dirs() -> list[Path]:
     return [Path(themes.__file__).parent, config_dir() / "themes"]
 
 
+#: A theme file larger than this is skipped unread (it is a dozen colours).
+MAX_THEME_BYTES = 1 << 20
+
+
 def parse_theme(path: Path) -> Theme:
     """Read one theme file; raise ValueError with a one-line reason."""
     try:
+        size = path.stat().st_size
+        if size > MAX_THEME_BYTES:
+            raise ValueError(f"{size:,} bytes is too large for a theme file (at most 1 MiB)")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(str(exc)) from None

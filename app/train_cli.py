@@ -448,6 +448,7 @@ def run_adapters(settings: Settings) -> int:
     if not adapters:
         print("no adapters yet: `agent-console train sft` (or dpo) trains one from the labels")
         return exit_codes.OK
+    problems = {a.name: adapter_problem(a) for a in adapters}
     rows = [
         [
             a.name,
@@ -456,13 +457,35 @@ def run_adapters(settings: Settings) -> int:
             _age(a.created_at),
             _loss(a.metrics),
             str(a.metrics.get("dataset", {}).get("rows", "-")),
-            "yes" if Path(a.path).is_dir() else "MISSING",
+            _files(a, problems[a.name]),
             a.path,
         ]
         for a in adapters
     ]
     print(table(["NAME", "BASE", "JOB", "CREATED", "LOSS", "ROWS", "FILES", "PATH"], rows))
+    for problem in problems.values():
+        if problem is not None:
+            print(f"unusable: {problem}")
     return exit_codes.OK
+
+
+def _files(adapter: Adapter, problem: str | None) -> str:
+    if problem is None:
+        return "yes"
+    return "BAD" if Path(adapter.path).is_dir() else "MISSING"
+
+
+def adapter_problem(adapter: Adapter) -> str | None:
+    """Why the registered adapter's folder cannot be loaded (gone, not a LoRA adapter,
+    weights missing or cut short), in one line; None when it is whole."""
+    from agents.backends.base import AdapterError
+    from agents.backends.lora import read_adapter
+
+    try:
+        read_adapter(adapter.name, adapter.path)
+    except AdapterError as exc:
+        return str(exc)
+    return None
 
 
 def find_adapter(store: TraceStore, name: str) -> Adapter:
@@ -477,6 +500,9 @@ def find_adapter(store: TraceStore, name: str) -> Adapter:
         raise AdapterLookupError(f"--adapter {name!r}: no such adapter (known: {known})") from None
     if not Path(adapter.path).is_dir():
         raise AdapterLookupError(f"--adapter {name!r}: its files are gone ({adapter.path})")
+    problem = adapter_problem(adapter)
+    if problem is not None:
+        raise AdapterLookupError(f"--adapter {name!r} cannot be used: {problem}")
     return adapter
 
 

@@ -104,6 +104,8 @@ def create_engines(url: str) -> tuple[Engine, Engine]:
         path = sqlite_path(url)
         if path is not None and not path.parent.is_dir():
             raise StoreError(f"cannot open database {path}: folder {path.parent} does not exist")
+        if path is not None and path.is_dir():
+            raise StoreError(f"cannot open database {path}: it is a folder; give a file path")
         return _sqlite_engine(url, immediate=True), _sqlite_engine(url, immediate=False)
     try:
         engine = create_engine(url, pool_pre_ping=True)

@@ -84,4 +84,7 @@ def _explain(exc: DatabaseError, where: str) -> StoreError:
     detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
     if "file is not a database" in detail or "malformed" in detail:
         return NotATraceStoreError(f"{where} is not a SQLite database ({detail})")
+    if "readonly" in detail or "unable to open database file" in detail:
+        detail += " (the store writes to its file and, beside it, -wal and -shm files: is the "
+        detail += "file or its folder read-only?)"
     return StoreError(f"cannot open trace store {where}: {detail}")

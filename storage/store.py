@@ -197,13 +197,22 @@ class TraceStore:
         with self._read() as conn:
             return [cv.to_session(r) for r in conn.execute(stmt)]
 
-    def set_session_status(self, session_id: int, status: d.SessionStatus | str) -> None:
+    def set_session_status(
+        self, session_id: int, status: d.SessionStatus | str, *, reason: str | None = None
+    ) -> None:
+        """Set the status; a `reason` (why it failed, was truncated, ...) is kept in the
+        session's settings as `status_reason`, replacing the last one ("" removes it)."""
         value = _enum(d.SessionStatus, status).value
+        changes: dict[str, Any] = {"status": value, "updated_at": time.time()}
         with self._write() as conn:
+            if reason is not None:
+                settings = conn.execute(
+                    select(session_t.c.settings).where(session_t.c.id == session_id)
+                ).scalar()
+                kept = {k: v for k, v in (settings or {}).items() if k != "status_reason"}
+                changes["settings"] = {**kept, "status_reason": reason} if reason else kept
             done = conn.execute(
-                update(session_t)
-                .where(session_t.c.id == session_id)
-                .values(status=value, updated_at=time.time())
+                update(session_t).where(session_t.c.id == session_id).values(**changes)
             )
             if done.rowcount == 0:
                 raise NotFoundError(f"no session {session_id}")

@@ -859,6 +859,8 @@ def publish_adapter(store: TraceStore, job: Job, staging: Path, metrics: dict[st
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
     (staging / "training_args.bin").unlink(missing_ok=True)  # a pickle: nothing needs it
     (staging / ADAPTER_MARKER).write_text(json.dumps({"job": job.id, "name": job.name}))
+    _check_saved_adapter(job, staging)
+    _sync_tree(staging)  # whole on disk before the rename names it, power cut or not
     if final.exists():
         if _made_by(final) != job.id:
             raise TrainingError(f"{final} already exists (not this job's): rename or remove it")
@@ -870,6 +872,7 @@ def publish_adapter(store: TraceStore, job: Job, staging: Path, metrics: dict[st
             raise TrainingError(f"an adapter named {job.name!r} is already registered")
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staging, final)
+    _sync_tree(final.parent, files=False)  # the rename itself
     try:
         store.register_adapter(
             job.name,
@@ -882,6 +885,35 @@ def publish_adapter(store: TraceStore, job: Job, staging: Path, metrics: dict[st
         shutil.rmtree(final, ignore_errors=True)
         raise
     return final
+
+
+def _check_saved_adapter(job: Job, staging: Path) -> None:
+    """TrainingError unless `staging` holds a LoRA adapter the backends will load (its
+    config, and weights whose safetensors header covers the whole file)."""
+    from agents.backends.base import AdapterError
+    from agents.backends.lora import read_adapter
+
+    try:
+        read_adapter(job.name, staging)
+    except AdapterError as exc:
+        raise TrainingError(f"the saved adapter is not whole: {exc}") from None
+
+
+def _sync_tree(folder: Path, *, files: bool = True) -> None:
+    """fsync the files under `folder` (when `files`), then the folder itself."""
+    paths = [p for p in folder.rglob("*") if p.is_file()] if files else []
+    for path in [*paths, folder]:
+        flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path == folder else 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError:
+            continue  # a folder that cannot be opened to sync (not on Linux): skip it
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # some file systems cannot fsync a folder; the files are synced
+        finally:
+            os.close(fd)
 
 
 def _made_by(folder: Path) -> int | None:

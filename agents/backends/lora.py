@@ -9,6 +9,7 @@ from a server; reading the folder first turns it into one line the operator can 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,11 @@ def read_adapter(name: str, path: str | Path) -> AdapterInfo:
         raise AdapterError(f"{where}: a {kind or 'unknown'} adapter; only LoRA is supported")
     if not any((folder / weights).is_file() for weights in ADAPTER_WEIGHTS):
         raise AdapterError(f"{where}: no adapter weights ({' or '.join(ADAPTER_WEIGHTS)})")
+    safetensors = folder / ADAPTER_WEIGHTS[0]
+    if safetensors.is_file():
+        problem = safetensors_problem(safetensors)
+        if problem is not None:
+            raise AdapterError(f"{where}: {safetensors.name} is damaged ({problem})")
     rank = config.get("r")
     if not isinstance(rank, int) or rank < 1:
         raise AdapterError(f"{where}: bad LoRA rank {rank!r} in {ADAPTER_CONFIG}")
@@ -62,3 +68,43 @@ def read_adapter(name: str, path: str | Path) -> AdapterInfo:
         base_model=base if isinstance(base, str) and base else None,
         target_modules=tuple(str(t) for t in targets),
     )
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why the safetensors file at `path` is not whole (cut short by a kill or a full disk,
+    or not safetensors at all), or None. Reads only its header: the 8-byte header length,
+    the JSON header, and the data offsets, which must cover the rest of the file exactly."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            head = file.read(8)
+            if len(head) < 8:
+                return f"{size} bytes: cut short before its header"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return f"{size} bytes: cut short inside its {length}-byte header"
+            header = json.loads(file.read(length))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except (UnicodeDecodeError, ValueError):
+        return "its header is not JSON: not a safetensors file"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object: not a safetensors file"
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets)
+        ):
+            return f"tensor {name!r} has no data offsets: not a safetensors file"
+        end = max(end, offsets[1])
+    expected = 8 + length + end
+    if size < expected:
+        return f"{size} of {expected} bytes: cut short"
+    if size > expected:
+        return f"{size} bytes where its header accounts for {expected}"
+    return None

@@ -55,6 +55,7 @@ ACTION_MODES: dict[str, Mode] = {
     "pick": Mode.VIEW,
     "pick_number": Mode.VIEW,
     "regenerate": Mode.VIEW,
+    "stop_session": Mode.VIEW,
     "accept_edit": Mode.EDIT,
     "confirm_reject": Mode.REJECT,
 }
@@ -110,6 +111,7 @@ class ApprovalCommands(ScreenCommands):
         ("approval: Accept edit", "accept_edit", "Check the edited code and run it"),
         ("approval: Confirm reject", "confirm_reject", "Reject with the reason typed"),
         ("approval: Back", "back", "Leave editing or rejecting; nothing is decided"),
+        ("approval: Stop session", "stop_session", "Stop the session; nothing is decided"),
     )
 
 
@@ -129,6 +131,10 @@ class ApprovalScreen(ModalScreen[Decision]):
                 tooltip="Run the highlighted alternate instead of the proposed action"),
         Binding("g", "regenerate", "Regenerate", id="approval.regenerate",
                 tooltip="Sample a new action; the proposed one is kept as an alternate"),
+        # The modal holds every key while it asks: without this, a session whose agent
+        # keeps proposing actions could only be stopped by deciding one first.
+        Binding("x", "stop_session", "Stop session", id="approval.stop",
+                tooltip="Stop the session (stored as aborted); nothing is decided"),
         Binding("ctrl+s", "accept_edit", "Accept edit", id="approval.accept_edit",
                 tooltip="Check the edited code parses as Python and run it"),
         # Priority, so the footer shows it over the reason Input's own (hidden) enter.
@@ -153,6 +159,8 @@ class ApprovalScreen(ModalScreen[Decision]):
         self.candidates: list[Node] = [request.action, *request.alternates]
         #: the candidate list's highlighted row (0 is the proposed action)
         self.highlighted = 0
+        #: closed with `x`: whoever pushed the modal stops the session
+        self.stop_requested = False
 
     # -- layout -------------------------------------------------------------------------
 
@@ -284,6 +292,11 @@ class ApprovalScreen(ModalScreen[Decision]):
     def action_regenerate(self) -> None:
         self.decide(Decision.regenerate())
 
+    def action_stop_session(self) -> None:
+        if self.is_current:
+            self.stop_requested = True
+            self.dismiss(None)
+
     def action_pick(self) -> None:
         alternate = self.highlighted_alternate()
         if alternate is None:
@@ -325,6 +338,13 @@ class ApprovalScreen(ModalScreen[Decision]):
             return
         except ValueError as error:  # e.g. a NUL byte, which Python 3.11 reports this way
             self.notify(str(error), title="Not valid Python; the edit stays open", severity="error")
+            return
+        except (RecursionError, MemoryError):  # e.g. 1+1+...+1 many thousand times over
+            self.notify(
+                "nested too deeply for Python to parse",
+                title="Not valid Python; the edit stays open",
+                severity="error",
+            )
             return
         if text.strip() == self.request.action.text.strip():
             self.notify("unchanged: press a to approve as it is", severity="warning")

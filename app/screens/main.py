@@ -8,6 +8,7 @@ reports through `LiveSession`'s queue, drained on a timer into batched tree upda
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 DRAIN_EVERY = 0.05
 #: How often the status bar's training job is read (seconds).
 JOBS_EVERY = 1.0
+#: Seconds without a block from a running agent before the status bar says it is working
+#: (a real model on a CPU takes tens of seconds a block: the screen must not look stuck).
+QUIET_AFTER = 2.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 
 
@@ -175,6 +179,9 @@ class MainScreen(Screen[None]):
         #: step mode asked for before a session runs: the next session starts in it
         self.armed: str | None = None
         self._drainer: Timer | None = None
+        #: when the live session last said anything, and whether it now waits for a key
+        self._quiet_since = 0.0
+        self._awaiting_operator = False
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
@@ -364,6 +371,7 @@ class MainScreen(Screen[None]):
             self.live.runtime.set_stepping(self.armed)
             self.armed = None
         status.mode = self.live.mode
+        self._quiet_since, self._awaiting_operator = time.monotonic(), False
         self.run_session(self.live)
         self._drainer = self.set_interval(DRAIN_EVERY, self.drain)
         self.refresh_bindings()
@@ -381,6 +389,31 @@ class MainScreen(Screen[None]):
             self.apply_events(drained.events)
         self.pending += drained.requests
         self.ask_next()
+        self._show_working(drained.events[-1] if drained.events else None, drained.requests)
+
+    def _show_working(self, last: Event | None, requests: list[ApprovalRequest]) -> None:
+        """While the agent works on a block (the model sampling, an action running) and
+        nothing has arrived for a while, the status bar counts the seconds."""
+        live = self.live
+        status = self.query_one(StatusBar)
+        now = time.monotonic()
+        if last is not None or requests:
+            self._quiet_since = now
+            self._awaiting_operator = last is not None and last.kind == "step"
+            if not self._awaiting_operator and live is not None:
+                status.mode = live.mode
+            return
+        quiet = now - self._quiet_since
+        if (
+            live is None
+            or live.paused
+            or self._awaiting_operator
+            or self.asking is not None
+            or self.pending
+            or quiet < QUIET_AFTER
+        ):
+            return
+        status.mode = f"{live.mode} · working {quiet:.0f} s"
 
     def apply_events(self, events: Iterable[Event]) -> None:
         tree = self.query_one(TraceTree)
@@ -442,14 +475,19 @@ class MainScreen(Screen[None]):
         if request.future.done():
             return
         self.asking = request
+        screen = ApprovalScreen(request)
 
         def answered(decision: Decision | None) -> None:
             self.asking = None
+            self._quiet_since = time.monotonic()  # the agent works again from now
             if decision is not None and not request.future.done():
                 request.future.set_result(decision)
+            if screen.stop_requested:
+                self.action_stop()
+                return
             self.ask_next()
 
-        self.app.push_screen(ApprovalScreen(request), answered)
+        self.app.push_screen(screen, answered)
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
@@ -547,6 +585,8 @@ class MainScreen(Screen[None]):
             self.notify("stopping the session…", markup=False)
 
     def _show_mode(self) -> None:
+        self._quiet_since = time.monotonic()
+        self._awaiting_operator = False
         self.query_one(StatusBar).mode = self.live.mode if self.live is not None else ""
 
     def action_chat(self) -> None:

@@ -7,6 +7,17 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+#: A model path longer than this shows as its last two folders: a local model's absolute
+#: path would otherwise push the session's state off the end of the line.
+MODEL_CHARS = 32
+
+
+def short_model(model: str) -> str:
+    parts = [p for p in model.split("/") if p]
+    if len(model) <= MODEL_CHARS or len(parts) <= 2:
+        return model
+    return "…/" + "/".join(parts[-2:])
+
 
 class StatusBar(Static):
     backend: reactive[str] = reactive("no model")
@@ -21,7 +32,7 @@ class StatusBar(Static):
         line = Text()
         line.append(self.backend, style="bold")
         if self.model:
-            line.append(f" {self.model}")
+            line.append(f" {short_model(self.model)}")
         line.append(f" · adapter {self.adapter or 'none'}", style="dim")
         if self.policy:
             line.append(f" · approval {self.policy}")

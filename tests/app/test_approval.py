@@ -332,6 +332,7 @@ async def test_the_palette_offers_the_approval_commands(request_: ApprovalReques
             "approval: Edit",
             "approval: Reject",
             "approval: Regenerate",
+            "approval: Stop session",
         ]  # pick is greyed while the proposed action is highlighted
         await pilot.press("down")
         await pilot.pause()
