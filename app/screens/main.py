@@ -39,6 +39,8 @@ from app.widgets.trace_tree import (
 )
 from storage import (
     EvaluationResult,
+    Job,
+    JobStatus,
     Label,
     LabelValue,
     Node,
@@ -314,11 +316,22 @@ class MainScreen(Screen[None]):
     def load_jobs(self) -> None:
         from training.jobs import reap_dead_jobs
 
-        running = self.store.list_jobs(status="running", limit=1)
+        def active() -> list[Job]:
+            # A queued job is one whose worker is still starting (loading the model):
+            # the operator who just queued it must see it, not "no training job".
+            return self.store.list_jobs(status="running", limit=1) or self.store.list_jobs(
+                status="queued", limit=1
+            )
+
+        jobs = active()
         # A worker killed outright would otherwise show as training forever.
-        if running and reap_dead_jobs(self.store, running):
-            running = self.store.list_jobs(status="running", limit=1)
-        text = f"training {running[0].name} {running[0].progress:.0%}" if running else ""
+        if jobs and reap_dead_jobs(self.store, jobs):
+            jobs = active()
+        text = ""
+        if jobs and jobs[0].status is JobStatus.QUEUED:
+            text = f"training {jobs[0].name} queued"
+        elif jobs:
+            text = f"training {jobs[0].name} {jobs[0].progress:.0%}"
         self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
 
     # -- live sessions ---------------------------------------------------------------------

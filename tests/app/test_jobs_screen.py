@@ -266,6 +266,27 @@ async def test_confirm_queues_a_real_job_whose_adapter_the_jobs_screen_loads(
 # -- the jobs screen, from events the test writes --------------------------------------------------
 
 
+async def test_the_status_bar_shows_a_queued_job_then_its_progress(
+    store: TraceStore, tmp_path: Path, worker_stand_in: Callable[[int], subprocess.Popen[bytes]]
+) -> None:
+    """A job queued from another terminal shows while its worker starts up, not only once
+    it trains; a queued job whose worker died is reaped, not shown as queued forever."""
+    job = fake_job(store, tmp_path)
+    worker = worker_stand_in(job.id)
+    store.update_job(job.id, pid=worker.pid)
+    app = ConsoleApp(store=store, settings=no_model())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await until(pilot, lambda: status_bar(app).job == "training fixed queued", "queued")
+        store.update_job(job.id, status=JobStatus.RUNNING, progress=0.5)
+        await until(pilot, lambda: status_bar(app).job == "training fixed 50%", "running")
+        store.update_job(job.id, status=JobStatus.QUEUED)
+        worker.kill()
+        worker.wait()
+        await until(pilot, lambda: status_bar(app).job == "", "the dead worker's job reaped")
+        assert store.get_job(job.id).status is JobStatus.FAILED
+
+
 async def test_the_jobs_screen_follows_progress_events_with_a_loss_sparkline(
     store: TraceStore, tmp_path: Path, worker_stand_in: Callable[[int], subprocess.Popen[bytes]]
 ) -> None:
