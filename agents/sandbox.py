@@ -97,6 +97,10 @@ class Limits:
     """CPU time of one call (RLIMIT_CPU, re-armed per call)."""
     memory_bytes: int = 1 << 30
     """Address space of each process (RLIMIT_AS)."""
+    total_memory_bytes: int = 2 << 30
+    """Memory of the whole kernel tree, page cache and tmpfs included (a memory cgroup when
+    the console is root and may make one): past it the kernel's OOM killer ends the
+    biggest process of the tree, never one of the host's."""
     processes: int = 64
     """Processes and threads (RLIMIT_NPROC, or a pids cgroup when the console is root)."""
     file_size_bytes: int = 64 << 20
@@ -179,6 +183,7 @@ class _Host:
     static_dir: Path
     seccomp_file: Path | None
     pids_cgroup: Path | None
+    memory_cgroup: Path | None
 
 
 _probe_lock = threading.Lock()
@@ -242,7 +247,8 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         sized_tmpfs="--size" in usage,
         static_dir=static_dir,
         seccomp_file=None if seccomp_problem else seccomp_file,
-        pids_cgroup=_find_pids_cgroup() if os.geteuid() == 0 else None,
+        pids_cgroup=_find_cgroup("pids") if os.geteuid() == 0 else None,
+        memory_cgroup=_find_cgroup("memory") if os.geteuid() == 0 else None,
     )
     trial = _trial_run(host)
     if trial is not None:
@@ -264,6 +270,10 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         parts.append("process limit by pids cgroup")
     else:
         warnings.append("no process limit: running as root without a writable pids cgroup")
+    if host.memory_cgroup:
+        parts.append("memory limit by memory cgroup")
+    else:
+        warnings.append("no total memory limit (no writable memory cgroup): per process only")
     for warning in warnings:
         log.warning("sandbox weaker than it should be: %s", warning)
     detail = ", ".join(parts) + "".join(f" (warning: {w})" for w in warnings)
@@ -309,14 +319,19 @@ def _build_seccomp(path: Path) -> str | None:
     return None
 
 
-def _find_pids_cgroup() -> Path | None:
-    """A cgroup folder where a root console can make one pids cgroup per kernel."""
+#: The file that caps a cgroup of each controller, on cgroup v2 and on v1.
+_LIMIT_FILES = {"pids": ("pids.max", "pids.max"), "memory": ("memory.max", "memory.limit_in_bytes")}
+
+
+def _find_cgroup(controller: str) -> Path | None:
+    """A cgroup folder where a root console can make one `controller` cgroup per kernel."""
     try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         own = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
-    candidates: list[Path] = []
+    candidates: list[tuple[Path, str]] = []
+    v2_file, v1_file = _LIMIT_FILES[controller]
     for line in mounts:
         left, _, right = line.partition(" - ")
         mount_point = Path(left.split()[4])
@@ -326,47 +341,57 @@ def _find_pids_cgroup() -> Path | None:
                 enabled = (mount_point / "cgroup.subtree_control").read_text().split()
             except OSError:
                 continue
-            if "pids" in enabled:
-                candidates.insert(0, mount_point)
-        elif fstype == "cgroup" and "pids" in options.split(","):
+            if controller in enabled:
+                candidates.insert(0, (mount_point, v2_file))
+        elif fstype == "cgroup" and controller in options.split(","):
             for entry in own:
                 _, controllers, path = ([*entry.split(":", 2), "", ""])[:3]
-                if "pids" in controllers.split(","):
-                    candidates.append(mount_point / path.lstrip("/"))
-            candidates.append(mount_point)
-    for base in candidates:
-        if _sweep_and_test_cgroup(base):
-            return base
+                if controller in controllers.split(","):
+                    candidates.append((mount_point / path.lstrip("/"), v1_file))
+            candidates.append((mount_point, v1_file))
+    for base, limit_file in candidates:
+        if _sweep_and_test_cgroup(base, limit_file):
+            return base / limit_file  # the folder to make cgroups in, and its limit file
     return None
 
 
-def _sweep_and_test_cgroup(base: Path) -> bool:
+def _sweep_and_test_cgroup(base: Path, limit_file: str) -> bool:
     """Remove cgroups that dead consoles left behind; True when `base` takes new ones."""
     for stale in base.glob("agent-console-*"):
         try:
             owner = int(stale.name.split("-")[2])
             os.kill(owner, 0)
         except (ValueError, IndexError, ProcessLookupError):
-            _PidsCgroup.remove_path(stale)
+            _Cgroup.remove_path(stale)
         except PermissionError:
             pass
     test = base / f"agent-console-{os.getpid()}-probe"
     try:
         test.mkdir()
-        (test / "pids.max").write_text("8")
+        # a value each controller takes: pids.max refuses more than the kernel's pid limit
+        (test / limit_file).write_text("8" if limit_file == "pids.max" else "16777216")
         test.rmdir()
     except OSError:
+        with contextlib.suppress(OSError):
+            test.rmdir()
         return False
     return True
 
 
-class _PidsCgroup:
-    """One kernel's pids cgroup: caps its tasks, and can kill all of them."""
+class _Cgroup:
+    """One kernel's cgroup of one controller: caps its tasks (pids) or their memory, and
+    can kill all of them."""
 
-    def __init__(self, base: Path, max_tasks: int) -> None:
+    def __init__(self, base: Path, limits: dict[str, int]) -> None:
+        """A new cgroup in `base` with each limit file written (`pids.max`, ...)."""
         self.path = base / f"agent-console-{os.getpid()}-{next(_cgroup_names)}"
         self.path.mkdir()
-        (self.path / "pids.max").write_text(str(max_tasks))
+        try:
+            for name, value in limits.items():
+                (self.path / name).write_text(str(value))
+        except OSError:
+            self.remove()
+            raise
 
     @property
     def procs(self) -> Path:
@@ -397,7 +422,7 @@ class _PidsCgroup:
             except FileNotFoundError:
                 return
             except OSError:  # busy until its last process is reaped
-                _PidsCgroup.kill_path(path)
+                _Cgroup.kill_path(path)
                 time.sleep(0.01)
         log.warning("could not remove the cgroup %s", path)
 
@@ -558,7 +583,7 @@ class Kernel:
         """The work dir's path as block code sees it."""
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._cgroup: _PidsCgroup | None = None
+        self._cgroups: list[_Cgroup] = []
         self._requests_fd = -1
         self._responses_fd = -1
         self._stderr_fd = -1
@@ -680,16 +705,27 @@ class Kernel:
             # Not the console's environment: bwrap's init is PID 1 inside, and block code can
             # read /proc/1/environ.
             env = _sandbox_env(WORKDIR_INSIDE)
+            # One cgroup per hierarchy: on cgroup v2 both limits share one folder (a process
+            # is in one cgroup there), on v1 each controller has its own.
+            wanted: dict[Path, dict[str, int]] = {}
             if host.pids_cgroup is not None:
                 # bwrap and its init are in it too (the kernel's threads count, as they do
                 # for RLIMIT_NPROC).
-                self._cgroup = _PidsCgroup(host.pids_cgroup, self.limits.processes + 2)
-                # The shell joins the cgroup before it becomes bwrap: nothing escapes it.
+                limit = host.pids_cgroup
+                wanted.setdefault(limit.parent, {})[limit.name] = self.limits.processes + 2
+            if host.memory_cgroup is not None:
+                limit = host.memory_cgroup
+                wanted.setdefault(limit.parent, {})[limit.name] = self.limits.total_memory_bytes
+            for base, limits_here in wanted.items():
+                self._cgroups.append(_Cgroup(base, limits_here))
+            if self._cgroups:
+                # The shell joins the cgroups before it becomes bwrap: nothing escapes them.
+                joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(self._cgroups)))
                 argv = [
                     "/bin/sh",
                     "-c",
-                    'echo $$ > "$0" && exec "$@"',
-                    str(self._cgroup.procs),
+                    f'{joins} && shift {len(self._cgroups) - 1} && exec "$@"',
+                    *(str(cgroup.procs) for cgroup in self._cgroups),
                     *argv,
                 ]
         requests_r, requests_w = os.pipe()
@@ -744,8 +780,7 @@ class Kernel:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.kill()
-        cgroup = self._cgroup
-        if cgroup is not None:
+        for cgroup in list(self._cgroups):
             cgroup.kill_all()
 
     def _reap(self) -> None:
@@ -764,9 +799,9 @@ class Kernel:
         self._remove_cgroup()
 
     def _remove_cgroup(self) -> None:
-        if self._cgroup is not None:
-            self._cgroup.remove()
-            self._cgroup = None
+        cgroups, self._cgroups = self._cgroups, []
+        for cgroup in cgroups:
+            cgroup.remove()
 
     def _stderr_tail(self) -> str:
         """The last line bwrap or the kernel wrote to the original stderr (before the

@@ -275,6 +275,37 @@ def test_attack_dev_and_shared_memory(workdir: Path) -> None:
                                      "urandom", "zero"}  # fmt: skip
 
 
+def test_attack_memory_spread_over_many_processes(workdir: Path) -> None:
+    """RLIMIT_AS caps each process; five children of 100 MiB each stay under it one by one
+    but not together: the kernel tree's memory cgroup (root consoles) ends the biggest."""
+    if os.geteuid() != 0:
+        pytest.skip("the memory cgroup is made by a root console; others cap each process")
+    from agents.sandbox import _host
+
+    memory_cgroup = _host().memory_cgroup
+    assert memory_cgroup is not None, "root, but no writable memory cgroup was found"
+    assert _host().pids_cgroup is not None, "root, but no writable pids cgroup was found"
+    limits = Limits(wall_seconds=30, memory_bytes=512 << 20, total_memory_bytes=256 << 20)
+    with Kernel(workdir, limits=limits) as kernel:
+        tried, _ = attack(
+            kernel,
+            "import subprocess, sys\n"
+            "hog = \"b = b'x' * (100 << 20); print('held', flush=True); "
+            'import time; time.sleep(4)"\n'
+            "children = [subprocess.Popen([sys.executable, '-c', hog], stdout=subprocess.PIPE)\n"
+            "            for _ in range(5)]\n"
+            "tried['codes'] = [child.wait() for child in children]\n"
+            "tried['held'] = sum(b'held' in child.stdout.read() for child in children)\n",
+        )
+        made = list(memory_cgroup.parent.glob(f"agent-console-{os.getpid()}-*"))
+        assert made, "the kernel runs in a memory cgroup of its own"
+        assert kernel.alive and ok(kernel.exec_block("print(1)")).ok
+    assert tried["held"] >= 1, tried  # a child really allocated and touched 100 MiB
+    assert tried["codes"].count(-9) >= 2, tried  # 500 MiB asked, 256 MiB allowed: OOM-killed
+    assert all(code in (0, -9) for code in tried["codes"]), tried
+    assert not any(p.exists() for p in made), "the cgroup is removed with the kernel"
+
+
 # --- /proc, sysctls and the terminal --------------------------------------------------
 
 
