@@ -35,16 +35,15 @@ from pathlib import Path
 
 import pytest
 from textual import events
-from textual.app import App
 from textual.widgets import Input, TextArea
 
-from agents.approval import ApprovalRequest, Decision
 from agents.settings import Settings
 from app import exit_codes
 from app.console import FALLBACK_THEME, ConsoleApp
 from app.screens.approval import ApprovalScreen, Mode
 from storage import TraceStore
 from tests.app.snapshot_apps.approval_app import build_approval_request
+from tests.app.test_approval import Host
 from tests.support.pilot import Notes
 
 SCRIPT = Path(sys.executable).with_name("agent-console")
@@ -535,18 +534,6 @@ async def test_broken_theme_files_and_an_unknown_key_id_are_notified(
         assert all("\n" not in w for w in warnings)
         await pilot.press("q")
     assert _snapshot(themes) == before
-
-
-class Host(App[None]):
-    """Pushes the approval modal on mount and keeps what it is dismissed with."""
-
-    def __init__(self, request: ApprovalRequest) -> None:
-        super().__init__()
-        self.request = request
-        self.decisions: list[Decision | None] = []
-
-    def on_mount(self) -> None:
-        self.push_screen(ApprovalScreen(self.request), self.decisions.append)
 
 
 def _decisions(db: Path) -> int:

@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -39,7 +38,7 @@ import pytest
 from app import exit_codes
 from storage import Author, JobStatus, NewNode, NodeStatus, TraceStore
 from tests.app.test_cli import SCRIPT, _env
-from tests.app.test_tmux import REQUIRE_ENV, REQUIRED, Tmux
+from tests.app.test_tmux import Tmux, tmux  # noqa: F401  (tmux: the fixture)
 from tests.support.answer_task import task_toml
 from tests.support.label_trees import SessionBuilder
 from training.jobs import worker_alive
@@ -72,20 +71,6 @@ def db(tmp_path: Path) -> Iterator[Path]:
             if job.pid is not None and worker_alive(job.pid, job.id):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(job.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    executable = shutil.which("tmux")
-    if executable is None:
-        if REQUIRED:
-            pytest.fail(f"{REQUIRE_ENV}=1 but tmux is not installed", pytrace=False)
-        pytest.skip("tmux is not installed (apt-get install tmux)")
-    server = Tmux(executable, tmp_path)
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def _clean(what: str, text: str) -> None:
@@ -192,7 +177,10 @@ def _check_query_reported_everything(db: Path, out: str) -> int:
 
 
 def test_console_worker_and_two_queries_share_one_database(
-    db: Path, tmp_path: Path, tiny_model_dir: Path, tmux: Tmux
+    db: Path,
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    tmux: Tmux,  # noqa: F811  (the fixture imported from test_tmux)
 ) -> None:
     task = tmp_path / "answer.toml"
     task.write_text(task_toml(True), encoding="utf-8")  # completes in its first tick
