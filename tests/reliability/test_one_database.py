@@ -41,6 +41,7 @@ from tests.app.test_cli import SCRIPT, _env
 from tests.app.test_tmux import Tmux, tmux  # noqa: F401  (tmux: the fixture)
 from tests.support.answer_task import task_toml
 from tests.support.label_trees import SessionBuilder
+from tests.support.screens import console_traceback
 from training.jobs import worker_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -51,6 +52,8 @@ AGENT = ("--candidates", "1", "--escalation", "", "--block-tokens", "24", "--max
 DEADLINE = 600.0
 #: What a lost write or a lock fight leaves behind, in any output.
 BAD = ("database is locked", "OperationalError", "Traceback")
+#: The same on the console's screen, where the agent's own error blocks may hold a traceback.
+SCREEN_BAD = ("database is locked", "OperationalError")
 QUERIES = ("first query writer", "second query writer")
 #: The console's notification when its session ends.
 ENDED = re.compile(r"\bsession (\d+) (completed|truncated|failed|aborted)\b")
@@ -76,6 +79,14 @@ def db(tmp_path: Path) -> Iterator[Path]:
 def _clean(what: str, text: str) -> None:
     for needle in BAD:
         assert needle not in text, f"{needle!r} in {what}:\n{text[-4000:]}"
+
+
+def _clean_screen(screen: str) -> None:
+    """A captured screen: the agent's tiny model may write code that raises (an `error` block
+    with its traceback, drawn inside the console's panes); a traceback outside them is not."""
+    for needle in SCREEN_BAD:
+        assert needle not in screen, f"{needle!r} on the console's screen:\n{screen}"
+    assert not console_traceback(screen), f"a traceback on the console's screen:\n{screen}"
 
 
 def _rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -264,7 +275,7 @@ def test_console_worker_and_two_queries_share_one_database(
     screens.append(tmux.screen())
     assert status == exit_codes.OK, screens[-1]
     for screen in screens:
-        _clean("the console's screen", screen)
+        _clean_screen(screen)
     assert not (data / "logs" / "crash.log").exists(), (data / "logs" / "crash.log").read_text()
 
     # The queries: exit 0, clean stderr, and everything they reported is stored.
