@@ -21,6 +21,12 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from storage import TraceStore
+from tests.backends.vllm_server import (
+    SHARED_MAX_MODEL_LEN,
+    VLLMServer,
+    running_vllm_server,
+    vllm_python_or_skip,
+)
 from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 
 PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"
@@ -108,6 +114,24 @@ def store(db_url: str) -> Iterator[TraceStore]:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a random-init Qwen2ForCausalLM, its tokenizer and chat template."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model")
+
+
+@pytest.fixture(scope="session")
+def shared_vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VLLMServer]:
+    """One vLLM server for the tiny model, served as `tiny` (LoRA on, runtime loading on),
+    for every test that needs a server but does not stop it: starting one takes 25-40 s on
+    two cores. Its context is a whole batch session's; it runs as many sequences at once as
+    the most batch workers here. A test that kills its server starts its own."""
+    vllm_python_or_skip()
+    with running_vllm_server(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("vllm"),
+        max_model_len=SHARED_MAX_MODEL_LEN,
+        extra_args=("--max-num-seqs", "16"),
+    ) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

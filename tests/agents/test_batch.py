@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,6 @@ from tests.app.test_cli import SCRIPT, _env
 from tests.backends.vllm_server import (
     SERVED_NAME,
     VLLMServer,
-    running_vllm_server,
-    vllm_python_or_skip,
 )
 from tests.support.answer_task import task_toml
 
@@ -62,19 +59,9 @@ def write_tasks(folder: Path, count: int) -> tuple[Path, int]:
     return path, easy
 
 
-@pytest.fixture(scope="module")
-def vllm_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VLLMServer]:
-    vllm_python_or_skip()
-    # a whole session's context, and as many sequences at once as the most workers here
-    with running_vllm_server(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("vllm"),
-        max_model_len=4096,
-        extra_args=("--max-num-seqs", "16"),
-    ) as server:
-        yield server
+@pytest.fixture
+def vllm_server(shared_vllm_server: VLLMServer) -> VLLMServer:
+    return shared_vllm_server
 
 
 def _check_batch(store: TraceStore, batch_id: int, tasks: int, easy: int) -> None:

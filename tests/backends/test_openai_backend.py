@@ -1,7 +1,9 @@
 """The openai backend against a real vLLM server (CPU) serving the tiny model.
 
-One server is shared by the module (started once, ~20-80 s); the test that SIGKILLs a
-server mid-request starts its own, so nothing else loses its server. The reference for
+The server is the suite's shared one (tests/conftest.py, started once, ~25-40 s). A server
+SIGKILLed mid-request (the caller gets ServerUnreachableError within seconds, not a hang
+until the timeout) is tests/reliability/test_backend_death.py, end to end through
+`agent-console --query`, with a server of its own. The reference for
 every number is the same tiny model run in process by transformers (TransformersBackend
 or a plain forward pass). Skips without `.venv-vllm` (`make vllm`), unless
 AGENT_CONSOLE_REQUIRE_VLLM=1 (CI), where that is a failure.
@@ -15,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,10 +36,9 @@ from agents.backends.openai_backend import OpenAIBackend
 from tests.backends.vllm_server import (
     REPO_ROOT,
     SERVED_NAME,
+    SHARED_MAX_MODEL_LEN,
     VLLMServer,
     free_port,
-    running_vllm_server,
-    vllm_python_or_skip,
 )
 
 pytestmark = pytest.mark.slow
@@ -68,13 +68,10 @@ def _prompts(count: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VLLMServer]:
-    """The shared server: the tiny model served as `tiny`, LoRA on, runtime loading on."""
-    vllm_python_or_skip()
-    with running_vllm_server(tiny_model_dir, tmp_path_factory.mktemp("vllm")) as server:
-        yield server
+def vllm_server(shared_vllm_server: VLLMServer) -> VLLMServer:
+    """The suite's shared server: the tiny model served as `tiny`, LoRA on, runtime
+    loading on, a context of SHARED_MAX_MODEL_LEN tokens."""
+    return shared_vllm_server
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +172,7 @@ def test_model_list_gives_context_length_and_default_model(vllm_server: VLLMServ
     try:
         assert opened.model == SERVED_NAME
         assert opened.base_url == vllm_server.base_url
-        assert opened.context_length == 512
+        assert opened.context_length == SHARED_MAX_MODEL_LEN
     finally:
         opened.close()
 
@@ -391,12 +388,11 @@ def test_adapter_errors(backend: OpenAIBackend, tmp_path: Path) -> None:
 
 
 def test_prompt_longer_than_the_context_is_context_overflow(backend: OpenAIBackend) -> None:
-    ids = backend.tokenize("yes no " * 200)
-    assert len(ids) > 300
-    with pytest.raises(ContextOverflowError):  # checked here: 300+ prompt + 300 new > 512
+    ids = backend.tokenize("yes no " * SHARED_MAX_MODEL_LEN)[: SHARED_MAX_MODEL_LEN - 100]
+    with pytest.raises(ContextOverflowError):  # checked here: the prompt + 300 new > the context
         backend.generate(ids, max_tokens=300)
     with pytest.raises(ContextOverflowError, match="maximum context length"):  # by the server
-        backend.score_yes_no(["yes no " * 400])
+        backend.score_yes_no(["yes no " * SHARED_MAX_MODEL_LEN])
 
 
 def test_closed_port_is_unreachable_after_retries_in_bounded_time() -> None:
@@ -409,55 +405,3 @@ def test_closed_port_is_unreachable_after_retries_in_bounded_time() -> None:
     assert "cannot reach the model server" in str(raised.value)
     assert "3 attempts" in str(raised.value)
     assert 1.4 <= elapsed < 10, elapsed  # backoff 0.5 s + 1 s between the three attempts
-
-
-def test_server_killed_mid_request_is_unreachable_quickly(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """SIGKILL to the whole server (API process and engine) while a long request runs:
-    the caller gets ServerUnreachableError within seconds, not a hang until the timeout."""
-    vllm_python_or_skip()
-    # Two sequences at a time (the last --max-num-seqs wins): the 64 samples take tens of
-    # seconds, so the request is still running when the kill comes, even on a fast machine.
-    with running_vllm_server(
-        tiny_model_dir, tmp_path_factory.mktemp("vllm-kill"), extra_args=("--max-num-seqs", "2")
-    ) as server:
-        doomed = OpenAIBackend(server.base_url, SERVED_NAME, timeout=120, max_retries=2)
-        outcome: dict[str, Any] = {}
-
-        def long_request() -> None:
-            try:
-                outcome["result"] = doomed.generate(
-                    "The agent", n=64, max_tokens=480, temperature=1.0, seed=1
-                )
-            except Exception as error:
-                outcome["error"] = error
-            outcome["at"] = time.monotonic()
-
-        worker = threading.Thread(target=long_request, daemon=True)
-        worker.start()
-        _wait_until_running(server)
-        assert worker.is_alive(), "the request finished before the kill: make it longer"
-        server.kill()
-        worker.join(timeout=30)
-        assert not worker.is_alive(), "the request hung after the server died"
-        assert isinstance(outcome.get("error"), ServerUnreachableError), outcome
-        assert "cannot reach the model server" in str(outcome["error"])
-        # from the SIGKILLs, not from kill()'s start: it then waits up to 15 s for
-        # Python's resource tracker to clean up after the dead processes
-        assert server.killed_at is not None
-        assert outcome["at"] - server.killed_at < 15
-        doomed.close()
-
-
-def _wait_until_running(server: VLLMServer, timeout: float = 60) -> None:
-    """Until vLLM reports a request being computed (its own gauge)."""
-    deadline = time.monotonic() + timeout
-    pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{server.root_url}/metrics", timeout=10) as reply:
-            values = pattern.findall(reply.read().decode())
-        if any(float(value) > 0 for value in values):
-            return
-        time.sleep(0.05)
-    raise AssertionError("the server never started computing the request")

@@ -29,6 +29,7 @@ import pytest
 
 from agents.backends.lora import read_adapter
 from storage import Job, JobEvent, JobKind, JobStatus, TraceStore
+from tests.backends.vllm_server import SERVED_NAME, VLLMServer
 from tests.support.label_trees import SessionBuilder
 from training.jobs import (
     JobError,
@@ -239,28 +240,24 @@ def test_trained_adapters_load_in_the_transformers_backend(
 
 def test_trained_adapters_load_in_the_vllm_server(
     trained: tuple[TraceStore, dict[str, tuple[Job, list[JobEvent]]]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
+    shared_vllm_server: VLLMServer,
 ) -> None:
     """Runtime LoRA loading (/v1/load_lora_adapter) of both adapters, then a completion
     through each: what the openai backend does with `--adapter NAME`."""
     from agents.backends.openai_backend import OpenAIBackend
-    from tests.backends.vllm_server import SERVED_NAME, running_vllm_server, vllm_python_or_skip
 
-    vllm_python_or_skip()
     store, jobs = trained
-    with running_vllm_server(tiny_model_dir, tmp_path / "vllm") as server:
-        backend = OpenAIBackend(server.base_url, SERVED_NAME, timeout=60)
-        try:
-            for kind in ("sft", "dpo"):
-                adapter = store.get_adapter(jobs[kind][0].name)
-                backend.load_adapter(adapter.name, adapter.path)
-                backend.use_adapter(adapter.name)
-                candidate = backend.generate("#startblock type: action\n", max_tokens=8)[0]
-                assert candidate.token_ids
-            assert set(backend.adapters()) >= {jobs["sft"][0].name, jobs["dpo"][0].name}
-        finally:
-            backend.close()
+    backend = OpenAIBackend(shared_vllm_server.base_url, SERVED_NAME, timeout=60)
+    try:
+        for kind in ("sft", "dpo"):
+            adapter = store.get_adapter(jobs[kind][0].name)
+            backend.load_adapter(adapter.name, adapter.path)
+            backend.use_adapter(adapter.name)
+            candidate = backend.generate("#startblock type: action\n", max_tokens=8)[0]
+            assert candidate.token_ids
+        assert set(backend.adapters()) >= {jobs["sft"][0].name, jobs["dpo"][0].name}
+    finally:
+        backend.close()
 
 
 def test_a_job_on_postgresql_runs_to_completion(
