@@ -63,16 +63,28 @@ def penalties(kind: str, body: str, earlier: Sequence[str]) -> dict[str, float]:
             parts["syntax"] = SYNTAX_PENALTY
         elif kind in REQUIRED_CALL and REQUIRED_CALL[kind] not in body:
             parts["lint"] = LINT_PENALTY
-    for previous in earlier:
-        if previous.strip() == text or (
-            len(text) > 40
-            and difflib.SequenceMatcher(None, previous.strip(), text).quick_ratio()
-            >= REPEAT_SIMILARITY
-            and difflib.SequenceMatcher(None, previous.strip(), text).ratio() >= REPEAT_SIMILARITY
-        ):
-            parts["repetition"] = REPEAT_PENALTY
-            break
+    if any(previous.strip() == text for previous in earlier) or (
+        len(text) > 40 and _near_copy(text, earlier)
+    ):
+        parts["repetition"] = REPEAT_PENALTY
     return parts
+
+
+def _near_copy(text: str, earlier: Sequence[str]) -> bool:
+    """Whether `text` is at least REPEAT_SIMILARITY alike to one of `earlier`. One matcher
+    holds `text` as its second sequence, which difflib indexes once for all comparisons;
+    the cheap upper bounds rule most pairs out before the full ratio."""
+    matcher = difflib.SequenceMatcher(None, autojunk=True)
+    matcher.set_seq2(text)
+    for previous in earlier:
+        matcher.set_seq1(previous.strip())
+        if (
+            matcher.real_quick_ratio() >= REPEAT_SIMILARITY
+            and matcher.quick_ratio() >= REPEAT_SIMILARITY
+            and matcher.ratio() >= REPEAT_SIMILARITY
+        ):
+            return True
+    return False
 
 
 @dataclass(slots=True)

@@ -217,6 +217,9 @@ class Runtime:
         self._kernel: Kernel | None = None
         # Finished ticks render the same text every time they are counted: count it once.
         self._count_tokens = lru_cache(maxsize=4096)(self._tokens_in)
+        # Each block of the path as the context shows it, rendered once (a node that
+        # changes is a new object in the path, and is rendered again).
+        self._renders: dict[int, tuple[Node, str]] = {}
 
     # -- control (any thread) ------------------------------------------------------------
 
@@ -858,17 +861,28 @@ class Runtime:
         if self.options.context_tokens:
             limit = min(limit, self.options.context_tokens)
         room = limit - new_tokens - CONTEXT_MARGIN
-        text = blocks.render_context(self.path)
-        if len(text.encode("utf-8")) + len(after.encode("utf-8")) <= room:
-            return text, []  # a token covers at least one byte: no need to count
-        budget = room - self._count_tokens(after)
-        text, collapsed, tokens = blocks.fit_context(self.path, budget, self._count_tokens)
+        text = blocks.render_context(self.path, render=self._render)
+        # A token covers at least one byte: bytes bound the tokens from above. `after` is
+        # short and new every time (a header with its time), so it is not counted.
+        budget = room - len(after.encode("utf-8"))
+        if len(text.encode("utf-8")) <= budget:
+            return text, []
+        text, collapsed, tokens = blocks.fit_context(
+            self.path, budget, self._count_tokens, render=self._render
+        )
         if tokens > budget:
             raise _Truncated(
                 f"the context is full: tick {self.path[-1].tick} alone does not fit in "
                 f"{limit} tokens"
             )
         return text, collapsed
+
+    def _render(self, node: Node) -> str:
+        cached = self._renders.get(node.id)
+        if cached is None or cached[0] is not node:
+            cached = (node, blocks.render_block(node))
+            self._renders[node.id] = cached
+        return cached[1]
 
     def _tokens_in(self, text: str) -> int:
         return len(self.backend.tokenize(text))

@@ -470,11 +470,14 @@ class TraceStore:
                 )
 
     def _check_targets(self, conn: Connection, session_id: int, nodes: Sequence[d.NewNode]) -> None:
-        if conn.execute(select(session_t.c.id).where(session_t.c.id == session_id)).first() is None:
-            raise NotFoundError(f"no session {session_id}")
+        """The session exists and every node the batch names is one of its nodes (a node
+        found in the session proves the session, so that takes one query)."""
         referenced = {n.parent_id for n in nodes} | {n.edited_from_id for n in nodes}
         referenced.discard(None)
         if not referenced:
+            session = select(session_t.c.id).where(session_t.c.id == session_id)
+            if conn.execute(session).first() is None:
+                raise NotFoundError(f"no session {session_id}")
             return
         found = dict(
             conn.execute(
@@ -584,17 +587,24 @@ class TraceStore:
     ) -> d.Node:
         """Change a node's status and merge keys into its metadata (the text, score and
         tokens of a node never change: an edit is a new node)."""
+        values: dict[str, Any] = {"updated_at": time.time()}
+        if status is not None:
+            values["status"] = _enum(d.NodeStatus, status).value
         with self._write() as conn:
-            row = conn.execute(select(node_t.c.meta).where(node_t.c.id == node_id)).first()
-            if row is None:
-                raise NotFoundError(f"no node {node_id}")
-            values: dict[str, Any] = {"updated_at": time.time()}
-            if status is not None:
-                values["status"] = _enum(d.NodeStatus, status).value
             if meta:
+                row = conn.execute(select(node_t.c.meta).where(node_t.c.id == node_id)).first()
+                if row is None:
+                    raise NotFoundError(f"no node {node_id}")
                 values["meta"] = {**(row[0] or {}), **meta}
-            conn.execute(update(node_t).where(node_t.c.id == node_id).values(values))
-        return self.get_node(node_id)
+            updated = conn.execute(
+                update(node_t)
+                .where(node_t.c.id == node_id)
+                .values(values)
+                .returning(*cv.NODE_COLUMNS)
+            ).first()
+            if updated is None:
+                raise NotFoundError(f"no node {node_id}")
+        return cv.to_node(updated, with_tokens=True)
 
     # -- decisions, labels, evaluations -----------------------------------------------
 

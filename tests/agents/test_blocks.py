@@ -169,6 +169,19 @@ def test_penalties() -> None:
     assert ranking.penalties("orientation", "def f(:", []) == {}  # prose is not parsed
 
 
+def test_a_near_copy_of_any_earlier_block_is_repetition() -> None:
+    said = "I will read the failing test first, then open the module it imports."
+    near = said.replace("first", "frst")  # one letter apart
+    other = "The outcome shows two passing checks; next I write the summary file."
+    repeated = {"repetition": ranking.REPEAT_PENALTY}
+    assert ranking.penalties("orientation", near, [other, said]) == repeated
+    assert ranking.penalties("orientation", near, [other]) == {}
+    # short texts are only ever exact copies
+    assert ranking.penalties("orientation", "Read it.", ["Read it!"]) == {}
+    # a much longer earlier block is no near copy however much of it is shared
+    assert ranking.penalties("orientation", said, [said * 3 + other]) == {}
+
+
 def test_ranking_and_escalation_rule() -> None:
     scored = ranking.score_candidates(
         "action", ["def f(:", ACTION, "x = 1"], [3.0, 0.5, 2.0], earlier=[]
