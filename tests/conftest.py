@@ -117,7 +117,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_vllm_server(
+def vllm_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VLLMServer]:
     """One vLLM server for the tiny model, served as `tiny` (LoRA on, runtime loading on),

@@ -59,11 +59,6 @@ def write_tasks(folder: Path, count: int) -> tuple[Path, int]:
     return path, easy
 
 
-@pytest.fixture
-def vllm_server(shared_vllm_server: VLLMServer) -> VLLMServer:
-    return shared_vllm_server
-
-
 def _check_batch(store: TraceStore, batch_id: int, tasks: int, easy: int) -> None:
     """Every task ran once to its end, in a session of its own, and the counts add up."""
     done = store.batch_tasks(batch_id)

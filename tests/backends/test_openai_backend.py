@@ -68,13 +68,6 @@ def _prompts(count: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(shared_vllm_server: VLLMServer) -> VLLMServer:
-    """The suite's shared server: the tiny model served as `tiny`, LoRA on, runtime
-    loading on, a context of SHARED_MAX_MODEL_LEN tokens."""
-    return shared_vllm_server
-
-
-@pytest.fixture(scope="module")
 def backend(vllm_server: VLLMServer) -> Iterator[OpenAIBackend]:
     opened = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
     yield opened

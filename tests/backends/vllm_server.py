@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
 REQUIRE_VLLM_ENV = "AGENT_CONSOLE_REQUIRE_VLLM"
 SERVED_NAME = "tiny"
-#: The context of the suite's shared server (`shared_vllm_server` in tests/conftest.py):
+#: The context of the suite's shared server (the `vllm_server` fixture in tests/conftest.py):
 #: a whole batch session's context.
 SHARED_MAX_MODEL_LEN = 4096
 #: Seconds vLLM may take to answer /health. Measured 20-80 s on 2 cores; slow CI gets slack.

@@ -240,14 +240,14 @@ def test_trained_adapters_load_in_the_transformers_backend(
 
 def test_trained_adapters_load_in_the_vllm_server(
     trained: tuple[TraceStore, dict[str, tuple[Job, list[JobEvent]]]],
-    shared_vllm_server: VLLMServer,
+    vllm_server: VLLMServer,
 ) -> None:
     """Runtime LoRA loading (/v1/load_lora_adapter) of both adapters, then a completion
     through each: what the openai backend does with `--adapter NAME`."""
     from agents.backends.openai_backend import OpenAIBackend
 
     store, jobs = trained
-    backend = OpenAIBackend(shared_vllm_server.base_url, SERVED_NAME, timeout=60)
+    backend = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
     try:
         for kind in ("sft", "dpo"):
             adapter = store.get_adapter(jobs[kind][0].name)
