@@ -34,8 +34,13 @@ FIX = """def fix(subagent):
     return "fixed"
 self.add_action("Fix the off-by-one in ngrams", fix)"""
 
-TEACH = 3  # sessions the operator corrects
-TRIES = 3  # sessions the agent runs alone, before and after
+TEACH = 4  # sessions the operator corrects
+TRIES = 5  # sessions the agent runs alone, before and after
+#: Solved alone after training, at least. Measured over 32 sessions after four trainings:
+#: 29 solved (about 0.9 each). A miss is a whole session of garbage: the tiny model is
+#: thrown by the header's timestamp tokens, which differ every run. With three teaching
+#: sessions it was about 0.75, and "2 of 3" failed in CI with 1 of 3.
+SOLVED_AFTER = 2
 
 RUN = {
     "candidates": 4,
@@ -129,5 +134,5 @@ def test_operator_edits_train_an_adapter_that_solves_the_task(
         f"(training {time.monotonic() - started:.0f} s)"
     )
     assert before == 0
-    assert after >= 2
+    assert after >= SOLVED_AFTER
     store.close()
