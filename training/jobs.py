@@ -107,12 +107,12 @@ class JobOptions:
         checks = [
             (
                 self.epochs > 0 and math.isfinite(self.epochs),
-                f"--epochs {self.epochs}: must be > 0",
+                f"--epochs {self.epochs:g}: must be > 0",
             ),
             (
                 self.learning_rate is None
                 or (self.learning_rate > 0 and math.isfinite(self.learning_rate)),
-                f"--lr {self.learning_rate}: must be > 0",
+                f"--lr {self.learning_rate or 0:g}: must be > 0",
             ),
             (1 <= self.lora_r <= 1024, f"--lora-r {self.lora_r}: must be 1 to 1024"),
             (16 <= self.max_length <= 1_048_576, f"--max-length {self.max_length}: must be >= 16"),

@@ -422,6 +422,11 @@ class JobsScreen(Screen[None]):
         self.dismiss(None)
 
 
+def number(value: object) -> str:
+    """A setting as the operator typed it: 2 epochs, not 2.0."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def job_summary(track: JobTrack) -> Text:
     job = track.job
     text = Text.assemble(
@@ -436,7 +441,7 @@ def job_summary(track: JobTrack) -> Text:
     text.append(f"\nbase {job.base_model or '?'}", style="dim")
     config = job.config
     options = [
-        f"{key} {config[key]}"
+        f"{key} {number(config[key])}"
         for key in ("epochs", "learning_rate", "lora_r")
         if config.get(key) is not None
     ]

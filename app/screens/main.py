@@ -441,7 +441,9 @@ class MainScreen(Screen[None]):
                 nodes.setdefault(event.session_id, []).append(event.node)
                 touched.add((event.session_id, event.node.tick))
             elif event.kind == "status":
-                self.session_status(event.session_id, event.data["status"])
+                self.session_status(
+                    event.session_id, event.data["status"], event.data.get("reason")
+                )
             elif event.kind == "message":
                 chat.say("agent", str(event.data.get("text", "")), style="green")
             elif event.kind == "evaluation":
@@ -472,11 +474,17 @@ class MainScreen(Screen[None]):
         node.expand()
         self.query_one(StatusBar).session = f"session {session_id}"
 
-    def session_status(self, session_id: int, status: str) -> None:
+    def session_status(self, session_id: int, status: str, reason: str | None = None) -> None:
         tree = self.query_one(TraceTree)
         trace = tree.traces.get(session_id)
         if trace is not None:
-            tree.update_session(dataclasses.replace(trace.session, status=SessionStatus(status)))
+            # the store keeps the reason in the settings (`TraceStore.set_session_status`)
+            settings = {k: v for k, v in trace.session.settings.items() if k != "status_reason"}
+            if reason:
+                settings["status_reason"] = reason
+            tree.update_session(
+                dataclasses.replace(trace.session, status=SessionStatus(status), settings=settings)
+            )
         self.query_one(StatusBar).session = f"session {session_id} {status}"
 
     def ask_next(self) -> None:

@@ -29,6 +29,8 @@ STATUS_MARKS = {
 #: Candidates that lost: shown under the sibling that took their place.
 LOSING = (NodeStatus.ALTERNATE, NodeStatus.EDITED)
 PREVIEW = 60
+#: Ended sessions whose line says why (the reason the runtime stored with the status).
+EXPLAINED = frozenset({SessionStatus.FAILED, SessionStatus.TRUNCATED, SessionStatus.ABORTED})
 #: A session with more ticks than this shows them in groups of TICK_GROUP, each filled
 #: when opened: a change of shape redraws every visible line, so they must stay few.
 GROUP_OVER = 200
@@ -108,6 +110,13 @@ def session_label(session: Session) -> Text:
     status = session.status
     style = "bold" if status in (SessionStatus.RUNNING, SessionStatus.WAITING) else "dim"
     label.append(f"  {status.value}", style=style)
+    reason = str(session.settings.get("status_reason") or "").strip()
+    if reason and status in EXPLAINED:
+        first = reason.splitlines()[0]
+        cut = first[:PREVIEW] + ("…" if len(first) > PREVIEW else "")
+        label.append(f": {cut}", style=style)
+    if session.adapter:
+        label.append(f"  adapter {session.adapter}", style="dim italic")
     return label
 
 

@@ -26,7 +26,7 @@ from app.widgets.block_view import BlockView
 from app.widgets.inspector import EMPTY as INSPECTOR_EMPTY
 from app.widgets.inspector import Inspector
 from app.widgets.trace_tree import BlockEntry, Entry, SessionEntry, TickEntry, TraceTree
-from storage import NewNode, Node, NodeStatus, TraceStore
+from storage import NewNode, Node, NodeStatus, SessionStatus, TraceStore
 from tests.support.pilot import Notes
 
 SIZE = (120, 40)
@@ -363,6 +363,24 @@ async def test_r_on_an_empty_store_then_filled(store: TraceStore) -> None:
         await pilot.press("r")
         await settle(app, pilot)
         assert [line.split("  ")[0] for line in visible(app)] == ["#1 One"]
+
+
+async def test_a_session_line_says_why_it_ended_and_with_which_adapter(
+    store: TraceStore,
+) -> None:
+    failed = store.create_session("task", title="Broken", adapter="fix-ngrams")
+    store.set_session_status(
+        failed.id, SessionStatus.FAILED, reason="the model server at 127.0.0.1:8000 " + "x" * 80
+    )
+    done = store.create_session("task", title="Done")
+    store.set_session_status(done.id, SessionStatus.COMPLETED, reason="the task's checks passed")
+    app = ConsoleApp(store=store, settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        lines = visible(app)
+        assert lines[0] == "#2 Done  completed"  # a success needs no reason
+        assert lines[1].startswith("#1 Broken  failed: the model server at 127.0.0.1:8000 x")
+        assert lines[1].endswith("…  adapter fix-ngrams"), lines[1]
 
 
 async def test_r_forgets_opened_sessions_and_reads_them_again(

@@ -95,7 +95,7 @@ def fake_job(store: TraceStore, tmp_path: Path, name: str = "fixed") -> Job:
     model = tmp_path / "base"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")
-    options = JobOptions(kind=JobKind.SFT, base_model=str(model), name=name, epochs=1, lora_r=4)
+    options = JobOptions(kind=JobKind.SFT, base_model=str(model), name=name, epochs=2.0, lora_r=4)
     return queue_job(store, options, data_dir=tmp_path / "data", spawn=False)
 
 
@@ -185,7 +185,7 @@ async def test_the_dialog_counts_the_labels_refuses_bad_options_and_opens_from_t
         await pilot.press("ctrl+s")
         await settle(pilot)
         assert app.screen is dialog and store.list_jobs() == []
-        assert "--epochs 0.0: must be > 0" in notes.text()
+        assert "--epochs 0: must be > 0" in notes.text()
         # The base model must be a model folder (or a hub id): no config.json, no job.
         dialog.query_one("#train-epochs", Input).value = "1"
         dialog.query_one("#train-base", Input).value = "./no-such-model"
@@ -323,7 +323,9 @@ async def test_the_jobs_screen_follows_progress_events_with_a_loss_sparkline(
         assert screen.query_one("#jobs-loss", Sparkline).data == losses
         lines = list(screen.query_one("#jobs-log", Log).lines)
         assert "log dataset: 3 rows" in lines[0] and "step 3/10" in lines[-1]
-        assert "step 3/10 loss 1.9000" in plain(screen.query_one("#jobs-summary", Static))
+        summary = plain(screen.query_one("#jobs-summary", Static))
+        assert "step 3/10 loss 1.9000" in summary
+        assert "epochs 2, learning_rate 0.0002, lora_r 4" in summary  # not "2.0"
         # Keys that apply to a running job: cancel, not resume or load.
         assert screen.check_action("cancel", ()) is True
         assert screen.check_action("resume", ()) is False

@@ -239,5 +239,11 @@ async def test_stop_while_the_modal_is_open_closes_it(
         session_id = app.main.live.session_id if app.main.live else 0
         app.main.action_stop()
         await until(pilot, lambda: not asking(app) and app.main.live is None, "the stop")
-        assert store.get_session(session_id).status is SessionStatus.ABORTED
+        stored = store.get_session(session_id)
+        assert stored.status is SessionStatus.ABORTED
         assert app.is_running
+        # the session's line says why it ended, as the store has it, from the live event
+        reason = stored.settings["status_reason"]
+        assert reason
+        line = app.main.query_one(TraceTree).session_nodes[session_id].label
+        assert f"aborted: {reason}" in str(line), str(line)

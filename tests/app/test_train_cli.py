@@ -187,7 +187,7 @@ def test_cancel_and_resume_from_the_command_line(
         (["train", "sft", "--since", "soon"], "--since: 'soon' is not a date"),
         (["train", "sft", "--name", "a b"], "--name 'a b': use 1-100 letters"),
         (["train", "sft", "--lora-r", "0"], "--lora-r 0: must be 1 to 1024"),
-        (["train", "dpo", "--epochs", "-1"], "--epochs -1.0: must be > 0"),
+        (["train", "dpo", "--epochs", "-1"], "--epochs -1: must be > 0"),
         (["train", "sft", "--qlora"], "--qlora needs bitsandbytes"),
         (["train", "dpo", "--base", "/nonexistent/model"], "not a model folder"),
         (["--adapter", "ghost", "--query", "hi"], "--adapter 'ghost': no such adapter (known:"),

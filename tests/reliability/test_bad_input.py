@@ -247,7 +247,7 @@ FLAG_CASES = [
     case("train-resume-unknown-job", "train resume 42", USAGE, "no job 42"),
     case("train-logs-unknown-job", "train logs 7", USAGE, "no job 7"),
     case("train-epochs-not-float", "train sft --epochs abc", USAGE, "invalid float value: 'abc'"),
-    case("train-epochs-negative", "train sft --epochs -1", USAGE, "--epochs -1.0: must be > 0"),
+    case("train-epochs-negative", "train sft --epochs -1", USAGE, "--epochs -1: must be > 0"),
     case("train-lora-r-zero", "train dpo --lora-r 0", USAGE, "--lora-r 0: must be 1 to 1024"),
     case("train-since-not-date", "train sft --since yesterday", USAGE, "is not a date"),
     case("train-max-length-negative", "train dpo --max-length -5", USAGE, "--max-length -5"),
