@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
 from agents.settings import Settings
+from app import collector
 from app.screens.main import MainScreen
 from app.themes import load_themes
 from app.widgets.status_bar import StatusBar
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from storage import Job
 
 FALLBACK_THEME = "textual-dark"
+#: What the operator does (keys, the mouse, a paste): the collector waits while it goes on.
+OPERATOR_EVENTS = (events.InputEvent, events.Paste)
 
 
 def binding_ids() -> set[str]:
@@ -146,6 +149,8 @@ class ConsoleApp(App[None]):
         self.sub_title = store.where
         # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
         self.animation_level = "none"
+        #: full garbage collections wait for a quiet moment (see app.collector)
+        self.collector = collector.IdleCollector()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.store)
@@ -158,11 +163,20 @@ class ConsoleApp(App[None]):
 
     def on_ready(self) -> None:
         """The first frame is up: the collector (off during start-up, see app.cli) comes
-        back, with everything loaded so far out of its way."""
+        back, with everything loaded so far out of its way; its full collections wait for
+        the operator to be quiet (`app.collector`)."""
         gc.freeze()
         gc.enable()
+        self.collector.start()
+        self.set_interval(collector.EVERY, self.collector.tick)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, OPERATOR_EVENTS):
+            self.collector.touched()
+        await super().on_event(event)
 
     def on_unmount(self) -> None:
+        self.collector.stop()
         self.memory.close()
 
     def on_mount(self) -> None:
