@@ -29,6 +29,7 @@ from storage.domain import (
     Session,
     SessionStatus,
     Verdict,
+    with_status_reason,
 )
 from storage.errors import NotATraceStoreError, NotFoundError, SchemaTooNewError, StoreError
 from storage.store import TraceStore
@@ -65,4 +66,5 @@ __all__ = [
     "StoreError",
     "TraceStore",
     "Verdict",
+    "with_status_reason",
 ]

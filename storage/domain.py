@@ -117,6 +117,21 @@ class Session:
     created_at: float
     updated_at: float
 
+    @property
+    def status_reason(self) -> str:
+        """Why the status last changed ("" when no reason was given)."""
+        return str(self.settings.get(STATUS_REASON) or "")
+
+
+#: The settings key that holds why a session's status last changed.
+STATUS_REASON = "status_reason"
+
+
+def with_status_reason(settings: dict[str, Any], reason: str) -> dict[str, Any]:
+    """`settings` with `reason` as the reason for the status ("" removes it)."""
+    kept = {k: v for k, v in settings.items() if k != STATUS_REASON}
+    return {**kept, STATUS_REASON: reason} if reason else kept
+
 
 @dataclass(frozen=True, slots=True)
 class NewNode:

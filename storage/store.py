@@ -209,8 +209,7 @@ class TraceStore:
                 settings = conn.execute(
                     select(session_t.c.settings).where(session_t.c.id == session_id)
                 ).scalar()
-                kept = {k: v for k, v in (settings or {}).items() if k != "status_reason"}
-                changes["settings"] = {**kept, "status_reason": reason} if reason else kept
+                changes["settings"] = d.with_status_reason(settings or {}, reason)
             done = conn.execute(
                 update(session_t).where(session_t.c.id == session_id).values(**changes)
             )

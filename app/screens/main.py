@@ -47,6 +47,7 @@ from storage import (
     Session,
     SessionStatus,
     TraceStore,
+    with_status_reason,
 )
 
 if TYPE_CHECKING:
@@ -478,10 +479,8 @@ class MainScreen(Screen[None]):
         tree = self.query_one(TraceTree)
         trace = tree.traces.get(session_id)
         if trace is not None:
-            # the store keeps the reason in the settings (`TraceStore.set_session_status`)
-            settings = {k: v for k, v in trace.session.settings.items() if k != "status_reason"}
-            if reason:
-                settings["status_reason"] = reason
+            # as the store keeps it (`TraceStore.set_session_status`)
+            settings = with_status_reason(trace.session.settings, reason or "")
             tree.update_session(
                 dataclasses.replace(trace.session, status=SessionStatus(status), settings=settings)
             )

@@ -110,7 +110,7 @@ def session_label(session: Session) -> Text:
     status = session.status
     style = "bold" if status in (SessionStatus.RUNNING, SessionStatus.WAITING) else "dim"
     label.append(f"  {status.value}", style=style)
-    reason = str(session.settings.get("status_reason") or "").strip()
+    reason = session.status_reason.strip()
     if reason and status in EXPLAINED:
         first = reason.splitlines()[0]
         cut = first[:PREVIEW] + ("…" if len(first) > PREVIEW else "")
