@@ -439,8 +439,8 @@ def test_bad_requests_are_refused_in_one_line(
             ({"name": "no spaces"}, "--name 'no spaces'"),
             ({"name": ".hidden"}, "--name '.hidden'"),
             ({"lora_r": 0}, "--lora-r 0"),
-            ({"epochs": 0}, "--epochs 0"),
-            ({"learning_rate": -1.0}, "--lr -1.0"),
+            ({"epochs": 0}, "--epochs 0: must be > 0"),
+            ({"learning_rate": -1.0}, "--lr -1: must be > 0"),
             ({"base_model": str(tmp_path / "nope")}, "not a model folder"),
         ]:
             with pytest.raises(JobError, match=re.escape(message)) as raised:
