@@ -218,6 +218,7 @@ class TransformersBackend(Backend):
         )
         self._base: Any = base
         self._tokenizer: Any = tokenizer
+        self._lead_ids = self._leading_special_ids(tokenizer)
         self._vocab_size = int(base.get_input_embeddings().weight.shape[0])
         self._context = self._context_length(base, tokenizer)
 
@@ -314,6 +315,18 @@ class TransformersBackend(Backend):
         return ids
 
     @staticmethod
+    def _leading_special_ids(tokenizer: Any) -> list[int]:
+        """The special tokens the tokenizer puts before any text (Gemma's `<bos>`; none
+        for Qwen). Prompts are tokenized without special tokens, so these go in front of
+        every prompt that does not already start with them: a Gemma model without its
+        `<bos>` writes garbage."""
+        plain = list(tokenizer.encode("a", add_special_tokens=False))
+        full = list(tokenizer.encode("a", add_special_tokens=True))
+        if len(full) > len(plain) and full[len(full) - len(plain) :] == plain:
+            return full[: len(full) - len(plain)]
+        return []
+
+    @staticmethod
     def _context_length(model: Any, tokenizer: Any) -> int:
         limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         from_tokenizer = int(getattr(tokenizer, "model_max_length", 0) or 0)
@@ -354,6 +367,9 @@ class TransformersBackend(Backend):
         ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not ids:
             raise BackendError("the prompt is empty")
+        lead = self._lead_ids
+        if lead and ids[: len(lead)] != lead:
+            ids = lead + ids
         bad = [t for t in ids if not 0 <= t < self._vocab_size]
         if bad:
             raise BackendError(
