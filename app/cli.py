@@ -396,7 +396,7 @@ def run_label(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from agents.backends import DEFAULT_MODEL, AdapterError, BackendError, ModelNotFoundError
+    from agents.backends import AdapterError, BackendError, ModelNotFoundError, model_or_default
     from agents.backends.lora import read_adapter
     from agents.serving import ServeOptions, check_model_available, find_vllm_python, serve
     from agents.settings import data_dir
@@ -416,7 +416,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if share is not None and not 0 < share <= 1:
         message = f"--gpu-memory-utilization {share}: give a share between 0 and 1"
         return fail(message, exit_codes.USAGE)
-    model = args.model or settings.model.strip() or DEFAULT_MODEL
+    try:
+        model = model_or_default(args.model or settings.model, _stderr_line)
+    except BackendError as exc:
+        return fail(str(exc), exit_codes.MODEL)
     options = ServeOptions(
         model=model,
         host=args.host,
@@ -477,3 +480,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -66,7 +66,7 @@ def open_model(
 
     print("loading the model...", file=sys.stderr, flush=True)
     try:
-        backend = open_backend(settings)
+        backend = open_backend(settings, lambda line: print(line, file=sys.stderr, flush=True))
     except BackendError as exc:
         return fail(str(exc), exit_codes.MODEL)
     if adapter is not None:

@@ -10,6 +10,7 @@ screens that are not shown yet are imported when they are first needed.
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ from app.screens.main import MainScreen
 from app.themes import load_themes
 from app.widgets.status_bar import StatusBar
 from storage import TraceStore
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agents.backends import Backend
@@ -213,7 +216,7 @@ class ConsoleApp(App[None]):
         from agents.backends import BackendError, open_backend
 
         try:
-            backend = open_backend(self.settings)
+            backend = open_backend(self.settings, self.model_progress)
         except BackendError as exc:
             self.call_from_thread(self.model_failed, str(exc))
             return
@@ -228,6 +231,17 @@ class ConsoleApp(App[None]):
                     markup=False,
                 )
         self.call_from_thread(self.model_ready, backend)
+
+    def model_progress(self, line: str) -> None:
+        """A step of a slow model load (the offline model's first conversion), from the
+        loading worker: shown in the status bar, and kept in the log."""
+        log.info("model: %s", line)
+        self.call_from_thread(self._show_loading, line)
+
+    def _show_loading(self, line: str) -> None:
+        found = self.main.query(StatusBar)
+        if found and self.backend is None:
+            found.first().backend = f"loading model: {line}"
 
     def model_ready(self, backend: Backend) -> None:
         self.backend = backend
@@ -297,13 +311,16 @@ class ConsoleApp(App[None]):
 
     def action_train(self, kind: str = "sft") -> None:
         """The confirm dialog; confirming queues the job in a worker process."""
-        from agents.backends import DEFAULT_MODEL
+        from agents.backends import default_model
         from agents.settings import data_dir
         from app.screens.train_confirm import TrainConfirmScreen
 
         base = self.backend.model if self.backend is not None else self.settings.model
         dialog = TrainConfirmScreen(
-            self.store, kind=kind, base_model=base or DEFAULT_MODEL, data_dir=data_dir()
+            self.store,
+            kind=kind,
+            base_model=base or default_model(convert=False),
+            data_dir=data_dir(),
         )
         self.push_screen(dialog, self.job_queued)
 

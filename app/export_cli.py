@@ -108,10 +108,10 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 
     tokenize = None
     if args.dataset == "tokens":
-        from agents.backends import DEFAULT_MODEL
+        from agents.backends import default_model
         from training.datasets import hf_tokenizer
 
-        model = args.tokenizer or settings.model or DEFAULT_MODEL
+        model = args.tokenizer or settings.model or default_model(convert=False)
         if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
             # a local folder that is not there: say so, before transformers' long search
             return fail(f"cannot load the tokenizer of {model!r}: no such folder", exit_codes.MODEL)

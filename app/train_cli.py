@@ -178,7 +178,7 @@ def job_id(text: str) -> int:
 
 
 def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> int:
-    from agents.backends import DEFAULT_MODEL
+    from agents.backends import default_model
     from agents.settings import data_dir
     from storage import JobKind
     from training.jobs import JobOptions, NotEnoughDataError, parse_since, queue_job
@@ -186,7 +186,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
     since = parse_since(args.since) if args.since is not None else None
     options = JobOptions(
         kind=JobKind(args.train_command),
-        base_model=args.base or settings.model.strip() or DEFAULT_MODEL,
+        base_model=args.base or settings.model.strip() or default_model(_stderr_line),
         name=args.name,
         epochs=args.epochs,
         learning_rate=args.lr,
@@ -508,3 +508,7 @@ def find_adapter(store: TraceStore, name: str) -> Adapter:
 
 class AdapterLookupError(Exception):
     """`str()` is one line for the user."""
+
+
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

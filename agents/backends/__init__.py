@@ -3,6 +3,7 @@ chosen: opening the console or the store never loads torch, transformers or vLLM
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agents.backends.base import (
@@ -19,6 +20,37 @@ if TYPE_CHECKING:
     from agents.settings import Settings
 
 from agents.backends.transformers_backend import DEFAULT_MODEL  # light: torch loads lazily
+
+#: Told each step of a slow load, one line at a time (the offline model's conversion).
+Progress = Callable[[str], None]
+
+
+def hub_default_cached() -> bool:
+    """Whether the hub's default model is in the Hugging Face cache (no download needed)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(DEFAULT_MODEL, "config.json"), str)
+    except Exception:  # a cache it cannot read is a cache without the model
+        return False
+
+
+def default_model(progress: Progress | None = None, *, convert: bool = True) -> str:
+    """The model used when none is named: DEFAULT_MODEL where the Hugging Face cache has
+    it, else the offline Gemma 3 270M folder (converted first when `convert`; with
+    `convert=False` its folder is named whether or not it exists yet)."""
+    if hub_default_cached():
+        return DEFAULT_MODEL
+    from agents.backends import offline
+
+    if not convert:
+        return str(offline.model_folder())
+    return str(offline.ensure_model(progress))
+
+
+def model_or_default(named: str, progress: Progress | None = None) -> str:
+    """`named` when given, else the default model (converted when needed)."""
+    return named.strip() or default_model(progress)
 
 
 def resolve(settings: Settings) -> tuple[str, str, str]:
@@ -37,9 +69,10 @@ def resolve(settings: Settings) -> tuple[str, str, str]:
     return ("openai" if url else "transformers"), url, model
 
 
-def open_backend(settings: Settings) -> Backend:
+def open_backend(settings: Settings, progress: Progress | None = None) -> Backend:
     """Load or connect to the model the settings name. Slow (seconds to minutes for a
-    real model): call it from a worker, never from the UI thread."""
+    real model, a minute more the first time the offline model is converted, reported
+    line by line to `progress`): call it from a worker, never from the UI thread."""
     kind, url, model = resolve(settings)
     if kind == "none":
         raise BackendError("no model: the backend setting is `none`")
@@ -57,10 +90,10 @@ def open_backend(settings: Settings) -> Backend:
     if kind == "vllm":
         from agents.backends.vllm_backend import VLLMBackend
 
-        return VLLMBackend(model or DEFAULT_MODEL)
+        return VLLMBackend(model_or_default(model, progress))
     from agents.backends.transformers_backend import TransformersBackend
 
-    return TransformersBackend(model or DEFAULT_MODEL)
+    return TransformersBackend(model_or_default(model, progress))
 
 
 __all__ = [
@@ -72,6 +105,8 @@ __all__ = [
     "ContextOverflowError",
     "ModelNotFoundError",
     "ServerUnreachableError",
+    "default_model",
+    "model_or_default",
     "open_backend",
     "resolve",
 ]

@@ -52,6 +52,13 @@ def model_folder(root: Path | None = None) -> Path:
     return (root or models_dir()) / OFFLINE_MODEL
 
 
+def model_label(model: str) -> str:
+    """How the console names `model`: the offline model by its name, others as given."""
+    if Path(model).name == OFFLINE_MODEL and (Path(model) / STAMP).is_file():
+        return f"{OFFLINE_MODEL} (offline, base)"
+    return model
+
+
 def package_available() -> bool:
     """Whether the GGUF chunk packages are installed."""
     from importlib.util import find_spec

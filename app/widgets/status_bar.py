@@ -13,6 +13,9 @@ MODEL_CHARS = 32
 
 
 def short_model(model: str) -> str:
+    from agents.backends.offline import model_label
+
+    model = model_label(model)
     parts = [p for p in model.split("/") if p]
     if len(model) <= MODEL_CHARS or len(parts) <= 2:
         return model
