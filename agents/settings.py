@@ -68,12 +68,16 @@ class Settings(BaseModel):
     approval_threshold: float = 2.0
     """Score (evaluator log-odds plus penalties) an action needs under `evaluated`."""
 
-    candidates: int = Field(default=4, ge=1, le=64)
-    """Candidates sampled for each block the model writes."""
+    candidates: int | None = Field(default=None, ge=1, le=64)
+    """Candidates sampled for each block the model writes. Unset: chosen by device and
+    model size (8 for a real model, 4 for a toy one; printed in each session's first
+    line)."""
 
-    escalation: tuple[int, ...] = (4, 16)
+    escalation: tuple[int, ...] | None = None
     """More candidates sampled, round by round, while the best score is under
-    `rank_threshold` (or no candidate's code parses). Empty: never sample more."""
+    `rank_threshold` (or no candidate's code parses). Empty: never sample more. Unset:
+    none on a CPU (a second round doubles a block's time), one round of 8 on a GPU or
+    server, 4,16 for a toy model."""
 
     rank_threshold: float = 1.0
     """The score a best candidate needs to stop escalation."""
@@ -81,11 +85,23 @@ class Settings(BaseModel):
     pick: Literal["best", "softmax"] = "best"
     """How the chosen candidate is picked: the best score, or a softmax draw over scores."""
 
+    example: bool | None = None
+    """Show the model a worked example tick of another task before the session's own blocks
+    (it learns the block format from it; the example's version is stored with the session).
+    Unset: on for a real model whose context has room (4k tokens or more)."""
+
+    constrain: bool | None = None
+    """Structured decoding: sample action, evaluation and observation-view blocks under a
+    grammar of their shape (a callback, its registration, strings and brackets closed, the
+    end marker), where the backend supports it (in process, with xgrammar). Unset: on for a
+    real model."""
+
     temperature: float = Field(default=0.8, ge=0)
     """Sampling temperature for the model's blocks."""
 
-    block_tokens: int = Field(default=512, ge=8)
-    """The most tokens one block may take; a block that reaches it is closed as truncated."""
+    block_tokens: int | None = Field(default=None, ge=8)
+    """The most tokens one block may take; a block that reaches it is closed as truncated.
+    Unset: 256 on a CPU, 512 elsewhere."""
 
     context_tokens: int = Field(default=0, ge=0)
     """The most tokens of context the agent's prompts may take (0: the model's whole
@@ -148,6 +164,8 @@ class Settings(BaseModel):
     @field_validator("escalation", mode="before")
     @classmethod
     def _escalation_list(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return None
         if isinstance(value, str):  # from the environment: "4,16"
             parts = [p for p in value.replace(" ", "").split(",") if p]
             try:
@@ -158,8 +176,8 @@ class Settings(BaseModel):
 
     @field_validator("escalation")
     @classmethod
-    def _escalation_positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(n < 1 or n > 64 for n in value):
+    def _escalation_positive(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and any(n < 1 or n > 64 for n in value):
             raise ValueError("each escalation round samples 1 to 64 candidates")
         return value
 

@@ -173,6 +173,7 @@ def _run(
     try:
         options = RunOptions.from_settings(
             settings,
+            backend,
             approval=args.batch_approval,
             unsafe_no_sandbox=args.unsafe_no_sandbox,
             memory=False,  # every session of a batch sees the same context: comparable

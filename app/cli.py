@@ -198,12 +198,14 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 # Values are checked by the settings model, so a bad one is reported naming the setting.
 RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--approval-threshold", float, "SCORE", "score an action needs under evaluated (2.0)"),
-    ("--candidates", int, "N", "candidates sampled per block (4)"),
-    ("--escalation", str, "N,N", "more candidates per round while the best is weak (4,16)"),
+    ("--candidates", int, "N", "candidates sampled per block (by device and model: 8, toy 4)"),
+    ("--escalation", str, "N,N", "more candidates per round while the best is weak (by device)"),
     ("--rank-threshold", float, "SCORE", "best score that stops escalation (1.0)"),
     ("--pick", str, "best|softmax", "how the chosen candidate is picked (best)"),
     ("--temperature", float, "T", "sampling temperature (0.8)"),
-    ("--block-tokens", int, "N", "most tokens one block may take (512)"),
+    ("--block-tokens", int, "N", "most tokens one block may take (256 on a CPU, else 512)"),
+    ("--example", str, "on|off", "a worked example tick before the session (on, real models)"),
+    ("--constrain", str, "on|off", "grammar-constrained code blocks (on, real models)"),
     ("--context-tokens", int, "N", "most tokens of context per prompt (0: the model's)"),
     ("--max-ticks", int, "N", "ticks before the session ends truncated (20)"),
     ("--max-session-tokens", int, "N", "generated tokens before it ends truncated (200000)"),

@@ -35,19 +35,43 @@ class Progress:
         self.as_json = as_json
         self.out = out
         self.err = err
+        #: the block whose first tokens were shown (one line per block, not per token)
+        self._streaming: tuple[int, str] | None = None
 
     def __call__(self, event: Event) -> None:
         if self.as_json:
             self.out.write(json.dumps(event.as_json(), default=str) + "\n")
             self.out.flush()
-        line = self.describe(event)
+        line = self.describe_sampling(event) if event.kind == "sampling" else self.describe(event)
         if line:
             self.err.write(line + "\n")
             self.err.flush()
 
+    def describe_sampling(self, event: Event) -> str | None:
+        """The first tokens of each block, once: proof of life within seconds."""
+        data = event.data
+        block = (int(data["tick"]), str(data["block"]))
+        if self._streaming == block:
+            return None
+        self._streaming = block
+        first = " ".join(str(data.get("text", "")).split())[:80]
+        return (
+            f"tick {block[0]} {block[1]}: sampling {data['candidates']} candidates "
+            f"({data['seconds']:.1f} s to the first tokens: {first!r})"
+        )
+
     @staticmethod
     def describe(event: Event) -> str | None:
         data = event.data
+        if event.kind == "start":
+            return str(data["text"])
+        if event.kind == "sampled":
+            rate = data.get("tokens_per_second")
+            speed = f", {rate:.0f} tokens/s" if rate else ""
+            return (
+                f"tick {data['tick']} {data['block']}: {data['candidates']} candidates, "
+                f"{data['tokens']} tokens in {data['seconds']:.1f} s{speed}"
+            )
         if event.kind == "node" and data["status"] in ("chosen", "executed", "failed"):
             if data["author"] == "runtime" and data["kind"] not in ("error", "outcome"):
                 return None
@@ -116,6 +140,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
 
         options = RunOptions.from_settings(
             settings,
+            backend,
             unsafe_no_sandbox=args.unsafe_no_sandbox,
             max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
         )

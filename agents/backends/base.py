@@ -67,6 +67,13 @@ class Backend(ABC):
     name: str
     #: the model id, path or served name
     model: str
+    #: what `generate` can do beyond the basics: "grammar" (structured decoding),
+    #: "stream" (`on_token`); the runtime asks only for what a backend lists
+    features: frozenset[str] = frozenset()
+    #: where the model runs: "cpu", "cuda", "mps", or "server" (not known here)
+    device: str = "server"
+    #: the model's parameter count, where known
+    parameters: int | None = None
 
     @abstractmethod
     def generate(

@@ -323,6 +323,7 @@ class CompareScreen(Screen[None]):
         settings: Settings = console.settings
         options = RunOptions.from_settings(
             settings,
+            backend,
             approval="auto",
             seed=random.randrange(1 << 30),
             memory=False,  # both sides see the same context: neither recalls the other

@@ -373,6 +373,7 @@ class MainScreen(Screen[None]):
         settings = self.console.settings
         options = RunOptions.from_settings(
             settings,
+            backend,
             max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
         )
         self.live = LiveSession(
@@ -414,7 +415,8 @@ class MainScreen(Screen[None]):
         if last is not None or requests:
             self._quiet_since = now
             self._awaiting_operator = last is not None and last.kind == "step"
-            if not self._awaiting_operator and live is not None:
+            streaming = last is not None and last.kind == "sampling"
+            if not self._awaiting_operator and live is not None and not streaming:
                 status.mode = live.mode
             return
         quiet = now - self._quiet_since
@@ -457,6 +459,15 @@ class MainScreen(Screen[None]):
                     touched.add((event.session_id, node.tick))
             elif event.kind == "step":
                 status.mode = f"step: next {event.data.get('next')} (s)"
+            elif event.kind == "start":
+                chat.say("console", str(event.data.get("text", "")), style="dim")
+            elif event.kind == "sampling" and self.live is not None:
+                data = event.data
+                tail = " ".join(str(data.get("text", "")).split())[-60:]
+                status.mode = (
+                    f"{self.live.mode} · writing {data['block']} ({data['candidates']} "
+                    f"candidates, {data['tokens']} tokens, {data['seconds']:.0f} s): {tail}"
+                )
         for session_id, batch in nodes.items():
             tree.add_live_nodes(session_id, batch)
         if self.inspected in touched:

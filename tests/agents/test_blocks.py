@@ -178,8 +178,13 @@ def test_a_near_copy_of_any_earlier_block_is_repetition() -> None:
     assert ranking.penalties("orientation", near, [other]) == {}
     # short texts are only ever exact copies
     assert ranking.penalties("orientation", "Read it.", ["Read it!"]) == {}
-    # a much longer earlier block is no near copy however much of it is shared
-    assert ranking.penalties("orientation", said, [said * 3 + other]) == {}
+    # a passage copied out of a longer block is a copy (a task reminder said back)
+    assert ranking.penalties("orientation", said, ["Task: " + said * 3 + other]) == repeated
+    # and so is a patchwork of passages from several blocks
+    assert ranking.penalties("orientation", said + " " + other, [other, said]) == repeated
+    # text that shares a phrase with earlier blocks but says something new is not
+    fresh = "I will read the failing test first; its traceback names parse_row in rows.py."
+    assert ranking.penalties("orientation", fresh, [said, other]) == {}
 
 
 def test_ranking_and_escalation_rule() -> None:
