@@ -149,6 +149,17 @@ def vllm_server(
         yield server
 
 
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path) -> Iterator[object]:
+    """The tiny model in process, one per test module (a module may load adapters into
+    it); modules that need another model define their own `backend`."""
+    from agents.backends.transformers_backend import TransformersBackend
+
+    loaded = TransformersBackend(str(tiny_model_dir))
+    yield loaded
+    loaded.close()
+
+
 @pytest.fixture(scope="session")
 def tiny_learner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with a trained checkpoint's final-norm scale: the same noise, but

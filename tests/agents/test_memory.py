@@ -159,15 +159,6 @@ def test_render_is_deterministic_and_empty_without_hits() -> None:
     assert render_memory([hit], 5, len) is None
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path) -> Iterator[object]:
-    from agents.backends.transformers_backend import TransformersBackend
-
-    loaded = TransformersBackend(str(tiny_model_dir))
-    yield loaded
-    loaded.close()
-
-
 def test_the_runtime_recalls_another_session_into_the_context(
     store: TraceStore, tmp_path: Path, backend: object
 ) -> None:

@@ -5,7 +5,6 @@ The tiny real model, the real sandbox, a real store."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ from storage import Author, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path) -> Iterator[object]:
-    from agents.backends.transformers_backend import TransformersBackend
-
-    loaded = TransformersBackend(str(tiny_model_dir))
-    yield loaded
-    loaded.close()
 
 
 def test_the_example_is_fixed_and_says_it_is_another_task() -> None:

@@ -36,15 +36,6 @@ HANG = """def hang(subagent):
 self.add_action("Spin", hang)"""
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path) -> Iterator[object]:
-    from agents.backends.transformers_backend import TransformersBackend
-
-    loaded = TransformersBackend(str(tiny_model_dir))
-    yield loaded
-    loaded.close()
-
-
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[TraceStore]:
     with TraceStore(tmp_path / "traces.db") as opened:

@@ -113,15 +113,6 @@ self.add_evaluation("kernel_kept_its_state", kernel_kept_its_state)
 )
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path) -> Iterator[object]:
-    from agents.backends.transformers_backend import TransformersBackend
-
-    loaded = TransformersBackend(str(tiny_model_dir))
-    yield loaded
-    loaded.close()
-
-
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[TraceStore]:
     with TraceStore(tmp_path / "traces.db") as opened:

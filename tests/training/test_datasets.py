@@ -34,15 +34,6 @@ from training.datasets import (
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path) -> Iterator[object]:
-    from agents.backends.transformers_backend import TransformersBackend
-
-    loaded = TransformersBackend(str(tiny_model_dir))
-    yield loaded
-    loaded.close()
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "traces.db"
