@@ -156,8 +156,9 @@ class RunOptions:
 #: Under this many parameters a model is a toy (the tests' random model): the sampling
 #: defaults stay those the plumbing tests were written for.
 TOY_PARAMETERS = 50_000_000
-#: The context a model needs for the worked example (about 1.1k tokens) to be worth it.
-EXAMPLE_CONTEXT = 4096
+#: The context a model needs for the worked example (about 1.1k tokens) to leave room for
+#: a session of several ticks.
+EXAMPLE_CONTEXT = 8192
 
 
 def auto_defaults(backend: Backend | None) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class Settings(BaseModel):
     example: bool | None = None
     """Show the model a worked example tick of another task before the session's own blocks
     (it learns the block format from it; the example's version is stored with the session).
-    Unset: on for a real model whose context has room (4k tokens or more)."""
+    Unset: on for a real model whose context has room (8k tokens or more)."""
 
     constrain: bool | None = None
     """Structured decoding: sample action, evaluation and observation-view blocks under a

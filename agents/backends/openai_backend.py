@@ -3,9 +3,12 @@
 What it sends, and why:
 - Completions (`/v1/completions`) by default. A prompt given as text is tokenized first
   (the server's `/tokenize`, or a local tokenizer when `tokenizer=` names one) and sent as
-  token ids, so the server sees exactly `tokenize(prompt)`: no BOS it would add itself, no
-  re-tokenization of a chat template's special tokens, and a token count for
-  `check_fits` before anything is sampled.
+  token ids, so the server sees exactly `tokenize(prompt)`: no re-tokenization of a chat
+  template's special tokens, and a token count for `check_fits` before anything is sampled.
+- The special tokens the served tokenizer puts before any text (Gemma's `<bos>`; none for
+  Qwen) go in front of every prompt that does not already start with them, as the
+  transformers backend does: a Gemma model without its `<bos>` writes garbage. They are
+  learned once, on first use, by tokenizing one letter with and without special tokens.
 - vLLM extensions, only when the server is vLLM (its `/v1/models` says `owned_by: vllm`):
   `return_token_ids` (completion token ids without a second tokenization),
   `return_tokens_as_token_ids` (logprob keys as `token_id:N`, so nothing depends on how a
@@ -13,10 +16,12 @@ What it sends, and why:
   `add_special_tokens: false` for text prompts. Other servers get the plain OpenAI fields.
 - `score_yes_no` is ONE completions request for all prompts, `max_tokens=1`, greedy, with
   the logprobs of every single-token yes/no spelling (`logprob_token_ids`), summed by
-  `base.log_odds`. Servers without `logprob_token_ids` answer with their top-k logprobs
-  (k=20, vLLM's and OpenAI's usual maximum): a spelling outside the top k counts as absent,
-  and when every spelling of one side is absent its probability is bounded by the k-th
-  logprob, so the score stays finite (a bound, not an exact value).
+  `base.log_odds`. On vLLM the prompts go as text, each led by the text of the leading
+  special tokens (`<bos>`), which the server's tokenizer reads back as those tokens.
+  Servers without `logprob_token_ids` answer with their top-k logprobs (k=20, vLLM's and
+  OpenAI's usual maximum): a spelling outside the top k counts as absent, and when every
+  spelling of one side is absent its probability is bounded by the k-th logprob, so the
+  score stays finite (a bound, not an exact value).
 - Chat-only servers (`/v1/completions` answers 404, or `api="chat"`): each prompt goes as one
   user message to `/v1/chat/completions` with `logprobs`/`top_logprobs`. The server's chat
   template then wraps the prompt, so this is an approximation for APIs that allow nothing
@@ -142,6 +147,7 @@ class OpenAIBackend(Backend):
         self._tokenizer_path = tokenizer
         self._hf_tokenizer: Any = None
         self._yes_no: tuple[list[int], list[int]] | None = None
+        self._lead: tuple[list[int], str | None] | None = None
         self._adapter: str | None = None
         self._openai = openai
         # Retries are ours (see the module docstring), so the client makes none.
@@ -272,13 +278,16 @@ class OpenAIBackend(Backend):
         return self._hf_tokenizer
 
     def tokenize(self, text: str) -> list[int]:
+        return self._encode(text, add_special_tokens=False)
+
+    def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         local = self._local_tokenizer()
         if local is not None:
-            return list(local.encode(text, add_special_tokens=False))
+            return list(local.encode(text, add_special_tokens=add_special_tokens))
         try:
             reply = self._post_root(
                 "/tokenize",
-                {"model": self.model, "prompt": text, "add_special_tokens": False},
+                {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens},
                 "tokenize",
             )
         except _EndpointMissing:
@@ -302,6 +311,33 @@ class OpenAIBackend(Backend):
                 "local tokenizer (tokenizer=PATH or hub id of the same model)"
             ) from None
         return str(reply["prompt"])
+
+    def _leading_special(self) -> tuple[list[int], str | None]:
+        """(the ids of the special tokens the served tokenizer puts before any text, their
+        text when tokenizing that text gives back exactly those ids, else None). Learned
+        once; nothing for a server that cannot tokenize, which adds its own."""
+        if self._lead is None:
+            if self._local_tokenizer() is None and not self._is_vllm:
+                self._lead = ([], None)
+                return self._lead
+            plain = self._encode("a", add_special_tokens=False)
+            full = self._encode("a", add_special_tokens=True)
+            ids: list[int] = []
+            if len(full) > len(plain) and full[len(full) - len(plain) :] == plain:
+                ids = full[: len(full) - len(plain)]
+            text: str | None = None
+            if ids:
+                text = self._detokenize(ids)
+                if self.tokenize(text + "a") != ids + plain:
+                    text = None
+            self._lead = (ids, text)
+        return self._lead
+
+    def _with_lead(self, ids: list[int]) -> list[int]:
+        lead, _ = self._leading_special()
+        if lead and ids[: len(lead)] != lead:
+            return lead + ids
+        return ids
 
     def render_chat(
         self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
@@ -357,7 +393,11 @@ class OpenAIBackend(Backend):
         stop: Sequence[str] = (),
         temperature: float = 1.0,
         seed: int | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+        grammar: str | None = None,
     ) -> list[Candidate]:
+        if on_token is not None or grammar is not None:
+            raise BackendError(f"the {self.name} backend cannot stream or follow a grammar yet")
         if n < 1 or max_tokens < 1:
             raise BackendError("generate needs n >= 1 and max_tokens >= 1")
         if temperature < 0:
@@ -380,13 +420,16 @@ class OpenAIBackend(Backend):
         return candidates * n if greedy else candidates
 
     def _prompt_ids(self, prompt: Prompt) -> list[int] | None:
-        """Token ids of the prompt, or None when the server cannot tokenize (then the text
-        goes as is and the server tokenizes it)."""
+        """Token ids of the prompt, led by the tokenizer's leading special tokens, or None
+        when the server cannot tokenize (then the text goes as is and the server tokenizes
+        it, adding what it adds)."""
         if not isinstance(prompt, str):
-            return [int(token) for token in prompt]
-        if self._local_tokenizer() is None and not self._is_vllm:
+            ids = [int(token) for token in prompt]
+        elif self._local_tokenizer() is None and not self._is_vllm:
             return None
-        return self.tokenize(prompt)
+        else:
+            ids = self.tokenize(prompt)
+        return self._with_lead(ids) if ids else ids
 
     def _generate_completions(
         self,
@@ -537,9 +580,17 @@ class OpenAIBackend(Backend):
     ) -> list[float]:
         wanted = sorted({*yes_ids, *no_ids})
         extra: dict[str, Any]
+        sent: list[str] | list[list[int]] = list(prompts)
         if self._is_vllm:
             # Text prompts, tokenized by the server exactly as /tokenize does: one request,
-            # not one tokenize round trip per prompt.
+            # not one tokenize round trip per prompt. The leading special tokens go as
+            # their text (`<bos>`), which the server reads back as those tokens; where
+            # that does not hold, each prompt is tokenized here and sent as ids.
+            lead, lead_text = self._leading_special()
+            if lead and lead_text is None:
+                sent = [self._with_lead(self.tokenize(prompt)) for prompt in prompts]
+            elif lead_text is not None:
+                sent = [p if p.startswith(lead_text) else lead_text + p for p in prompts]
             extra = {
                 "logprob_token_ids": wanted,
                 "return_tokens_as_token_ids": True,
@@ -552,7 +603,7 @@ class OpenAIBackend(Backend):
             "a scoring request",
             lambda: self._client.completions.create(
                 model=self._request_model,
-                prompt=list(prompts),
+                prompt=sent,
                 n=1,
                 max_tokens=1,
                 temperature=0.0,

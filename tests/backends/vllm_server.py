@@ -6,7 +6,8 @@ test process only talks HTTP to it. Each server gets a free loopback port, its o
 group (so stopping it also stops vLLM's engine-core child), and caches and temporary files
 under a folder the caller owns, never the user's home.
 
-Used by `tests/backends/test_openai_backend.py` (fixtures) and `bench/backends.py`.
+Used by `tests/backends/test_openai_backend.py` (fixtures), `test_serve_gemma.py` (the
+real model, served under its own name) and `bench/backends.py`.
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ def start_vllm_server(
     extra_args: Sequence[str] = (),
     startup_timeout: float = STARTUP_TIMEOUT,
     max_model_len: int = 512,
+    served_name: str = SERVED_NAME,
 ) -> VLLMServer:
     """Start a server for `model_dir` and wait until /health answers. Raises
     VLLMServerError with the log's tail if it dies or does not come up in time."""
@@ -235,6 +237,7 @@ def start_vllm_server(
         python,
         model_dir,
         port,
+        served_name=served_name,
         max_logprobs=max_logprobs,
         extra_args=extra_args,
         max_model_len=max_model_len,
@@ -295,6 +298,7 @@ def running_vllm_server(
     extra_args: Sequence[str] = (),
     startup_timeout: float = STARTUP_TIMEOUT,
     max_model_len: int = 512,
+    served_name: str = SERVED_NAME,
 ) -> Iterator[VLLMServer]:
     """`start_vllm_server` as a context manager that always stops the server."""
     server = start_vllm_server(
@@ -304,6 +308,7 @@ def running_vllm_server(
         extra_args=extra_args,
         startup_timeout=startup_timeout,
         max_model_len=max_model_len,
+        served_name=served_name,
     )
     try:
         yield server
