@@ -26,6 +26,15 @@ What it sends, and why:
   user message to `/v1/chat/completions` with `logprobs`/`top_logprobs`. The server's chat
   template then wraps the prompt, so this is an approximation for APIs that allow nothing
   else; scoring sends one request per prompt, concurrently.
+- A `grammar` goes as vLLM's structured outputs (`structured_outputs: {"grammar": ...}`,
+  xgrammar's EBNF), so `features` lists "grammar" only for vLLM; other servers refuse it.
+- `on_token` streams the completions request (`stream=True`, fine with `n > 1`): each
+  chunk carries one choice's new text, token ids and logprobs, assembled into the same
+  Candidates the unstreamed request gives (same seed, same result). vLLM holds back text
+  that may still turn out to be a stop string, so the pieces never contain it and add up
+  to `text`. The stream itself is not retried (pieces already delivered cannot be taken
+  back): a server dying mid-stream is ServerUnreachableError, an error event in the
+  stream BackendError. Chat mode does not stream: each text arrives whole when done.
 - vLLM rejects `n > 1` with temperature 0 ("n must be 1 when using greedy sampling"):
   greedy candidates are identical anyway, so one is requested and repeated `n` times.
 - Logprobs are what the server reports. vLLM reports the raw (temperature-1) distribution
@@ -159,6 +168,8 @@ class OpenAIBackend(Backend):
         )
         cards = self._model_cards()
         self._is_vllm = any(card.get("owned_by") == "vllm" for card in cards)
+        # Grammars go as vLLM's `structured_outputs`, which other servers do not have.
+        self.features = frozenset({"stream", "grammar"} if self._is_vllm else {"stream"})
         self._max_model_len: int | None = None
         self.model = model.strip()
         if cards:
@@ -184,10 +195,11 @@ class OpenAIBackend(Backend):
 
     # ----------------------------------------------------------------- requests
 
-    def _call(self, what: str, request: Callable[[], T]) -> T:
-        """Run one request with retries, turning every failure into a typed error."""
+    def _call(self, what: str, request: Callable[[], T], *, retry: bool = True) -> T:
+        """Run one request with retries, turning every failure into a typed error.
+        `retry=False` for reading a stream: what it already delivered cannot be taken back."""
         openai = self._openai
-        attempts = self.max_retries + 1
+        attempts = self.max_retries + 1 if retry else 1
         for attempt in range(attempts):
             try:
                 return request()
@@ -211,6 +223,17 @@ class OpenAIBackend(Backend):
                     time.sleep(min(_BACKOFF_START * 2**attempt, _BACKOFF_CAP))
                     continue
                 raise self._status_error(error, what) from None
+            except openai.APIError as error:
+                # An error event inside a stream (vLLM sends `data: {"error": ...}`).
+                message = one_line(error.message)
+                if "enginecore" in message.lower() or "dead" in message.lower():
+                    raise ServerUnreachableError(
+                        f"cannot reach the model server at {self.base_url}: its engine died "
+                        f"during {what} ({message})"
+                    ) from None
+                raise BackendError(
+                    f"the model server at {self.base_url} failed during {what}: {message}"
+                ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _status_error(self, error: openai.APIStatusError, what: str) -> BackendError:
@@ -396,19 +419,29 @@ class OpenAIBackend(Backend):
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
     ) -> list[Candidate]:
-        if on_token is not None or grammar is not None:
-            raise BackendError(f"the {self.name} backend cannot stream or follow a grammar yet")
         if n < 1 or max_tokens < 1:
             raise BackendError("generate needs n >= 1 and max_tokens >= 1")
         if temperature < 0:
             raise BackendError("temperature must be >= 0")
+        if grammar is not None and not self._is_vllm:
+            raise BackendError(
+                f"the model server at {self.base_url} cannot follow a grammar: only vLLM's "
+                "structured outputs are supported"
+            )
         greedy = temperature < _GREEDY_EPS
         asked = 1 if greedy else n
         stop = [text for text in stop if text]
+        emit = on_token
+        if on_token is not None and greedy and n > 1:
+            # One sequence is sampled and repeated: every row gets its pieces.
+            def emit(index: int, piece: str) -> None:
+                for row in range(n):
+                    on_token(row, piece)
+
         if self._api != "chat":
             try:
                 candidates = self._generate_completions(
-                    prompt, asked, max_tokens, stop, temperature, seed
+                    prompt, asked, max_tokens, stop, temperature, seed, grammar, emit
                 )
             except _EndpointMissing:
                 if self._api == "completions":
@@ -416,7 +449,9 @@ class OpenAIBackend(Backend):
                 self._api = "chat"
             else:
                 return candidates * n if greedy else candidates
-        candidates = self._generate_chat(prompt, asked, max_tokens, stop, temperature, seed)
+        candidates = self._generate_chat(
+            prompt, asked, max_tokens, stop, temperature, seed, grammar, emit
+        )
         return candidates * n if greedy else candidates
 
     def _prompt_ids(self, prompt: Prompt) -> list[int] | None:
@@ -439,52 +474,126 @@ class OpenAIBackend(Backend):
         stop: Sequence[str],
         temperature: float,
         seed: int | None,
+        grammar: str | None,
+        on_token: Callable[[int, str], None] | None,
     ) -> list[Candidate]:
         ids = self._prompt_ids(prompt)
         if ids is not None:
             if not ids:
                 raise BackendError("the prompt is empty")
             self.check_fits(len(ids), max_tokens)
-        extra, options = self._sampling_options(stop, seed)
+        extra, options = self._sampling_options(stop, seed, grammar)
+        request: dict[str, Any] = dict(
+            model=self._request_model,
+            prompt=ids if ids is not None else str(prompt),
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            logprobs=0,
+            extra_body=extra or None,
+            **options,
+        )
+        if on_token is not None:
+            return self._stream_completions(request, n, on_token)
         reply = self._call(
-            "a completion request",
-            lambda: self._client.completions.create(
-                model=self._request_model,
-                prompt=ids if ids is not None else str(prompt),
-                n=n,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                logprobs=0,
-                extra_body=extra or None,
-                **options,
-            ),
+            "a completion request", lambda: self._client.completions.create(**request)
         )
         candidates = []
         for choice in sorted(reply.choices, key=lambda choice: choice.index):
             extras = choice.model_extra or {}
             logprobs = choice.logprobs
-            tokens = list(logprobs.tokens or []) if logprobs else []
-            values = list(logprobs.token_logprobs or []) if logprobs else []
-            token_ids = extras.get("token_ids")
-            if token_ids is None:
-                token_ids = self._ids_of_tokens(tokens, choice.text)
             candidates.append(
-                Candidate(
-                    text=choice.text,
-                    token_ids=[int(token) for token in token_ids],
-                    logprobs=[_logprob(value) for value in values],
-                    finish_reason=_finish(choice.finish_reason),
+                self._candidate(
+                    choice.text,
+                    extras.get("token_ids"),
+                    list(logprobs.tokens or []) if logprobs else [],
+                    list(logprobs.token_logprobs or []) if logprobs else [],
+                    choice.finish_reason,
                 )
             )
         return candidates
 
+    def _stream_completions(
+        self, request: dict[str, Any], n: int, on_token: Callable[[int, str], None]
+    ) -> list[Candidate]:
+        """The same request streamed: each choice's chunks carry its new text, token ids
+        and logprobs, assembled here into what the non-streamed reply holds. vLLM holds
+        back text that may still become a stop string, so no piece contains it."""
+        stream = self._call(
+            "a completion request",
+            lambda: self._client.completions.create(stream=True, **request),
+        )
+        texts: list[list[str]] = [[] for _ in range(n)]
+        token_ids: list[list[int] | None] = [[] if self._is_vllm else None for _ in range(n)]
+        tokens: list[list[str]] = [[] for _ in range(n)]
+        values: list[list[float | None]] = [[] for _ in range(n)]
+        reasons: list[str | None] = [None] * n
+
+        def read() -> None:
+            for chunk in stream:
+                for choice in chunk.choices:
+                    row = choice.index
+                    if not 0 <= row < n:
+                        raise BackendError(
+                            f"the model server at {self.base_url} streamed a choice {row} of {n}"
+                        )
+                    delta_ids = (choice.model_extra or {}).get("token_ids")
+                    known = token_ids[row]
+                    if known is not None:
+                        if delta_ids is None:
+                            token_ids[row] = None
+                        else:
+                            known.extend(int(token) for token in delta_ids)
+                    if choice.logprobs:
+                        tokens[row].extend(choice.logprobs.tokens or [])
+                        values[row].extend(choice.logprobs.token_logprobs or [])
+                    if choice.finish_reason is not None:
+                        reasons[row] = choice.finish_reason
+                    if choice.text:
+                        texts[row].append(choice.text)
+                        on_token(row, choice.text)
+
+        try:
+            self._call("the streamed completion", read, retry=False)
+        finally:
+            stream.close()
+        if any(reason is None for reason in reasons):
+            raise ServerUnreachableError(
+                f"cannot reach the model server at {self.base_url}: the stream ended before "
+                "every completion finished"
+            )
+        return [
+            self._candidate("".join(texts[row]), token_ids[row], tokens[row], values[row], reason)
+            for row, reason in enumerate(reasons)
+        ]
+
+    def _candidate(
+        self,
+        text: str,
+        token_ids: Sequence[int] | None,
+        tokens: Sequence[str],
+        values: Sequence[float | None],
+        finish_reason: str | None,
+    ) -> Candidate:
+        if token_ids is None:
+            token_ids = self._ids_of_tokens(tokens, text)
+        return Candidate(
+            text=text,
+            token_ids=[int(token) for token in token_ids],
+            logprobs=[_logprob(value) for value in values],
+            finish_reason=_finish(finish_reason),
+        )
+
     def _sampling_options(
-        self, stop: Sequence[str], seed: int | None
+        self, stop: Sequence[str], seed: int | None, grammar: str | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """(vLLM's extra body, the standard options) shared by completions and chat."""
         extra: dict[str, Any] = {}
         if self._is_vllm:
             extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+        if grammar is not None:
+            # vLLM 0.32's CompletionRequest / ChatCompletionRequest field (StructuredOutputsParams).
+            extra["structured_outputs"] = {"grammar": grammar}
         options: dict[str, Any] = {}
         if stop:
             options["stop"] = list(stop)
@@ -517,9 +626,11 @@ class OpenAIBackend(Backend):
         stop: Sequence[str],
         temperature: float,
         seed: int | None,
+        grammar: str | None,
+        on_token: Callable[[int, str], None] | None,
     ) -> list[Candidate]:
         messages = self._chat_messages(prompt)
-        extra, options = self._sampling_options(stop, seed)
+        extra, options = self._sampling_options(stop, seed, grammar)
         reply = self._call(
             "a chat completion request",
             lambda: self._client.chat.completions.create(
@@ -537,18 +648,20 @@ class OpenAIBackend(Backend):
         for choice in sorted(reply.choices, key=lambda choice: choice.index):
             extras = choice.model_extra or {}
             content = (choice.logprobs.content or []) if choice.logprobs else []
-            text = choice.message.content or ""
-            token_ids = extras.get("token_ids")
-            if token_ids is None:
-                token_ids = self._ids_of_tokens([item.token for item in content], text)
             candidates.append(
-                Candidate(
-                    text=text,
-                    token_ids=[int(token) for token in token_ids],
-                    logprobs=[_logprob(item.logprob) for item in content],
-                    finish_reason=_finish(choice.finish_reason),
+                self._candidate(
+                    choice.message.content or "",
+                    extras.get("token_ids"),
+                    [item.token for item in content],
+                    [item.logprob for item in content],
+                    choice.finish_reason,
                 )
             )
+        if on_token is not None:
+            # Not streamed: each candidate's text arrives whole, once it is done.
+            for row, candidate in enumerate(candidates):
+                if candidate.text:
+                    on_token(row, candidate.text)
         return candidates
 
     # ------------------------------------------------------------------- score
