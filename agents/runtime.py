@@ -204,6 +204,15 @@ class Outcome:
     backend_error: BackendError | None = None
 
 
+def _stop_reason(exc: BaseException) -> str:
+    """Why a stop aborted the session: a KeyboardInterrupt raised with a reason says it
+    (headless `--query` raises one on SIGTERM: "stopped by SIGTERM"); Ctrl-C and `stop()`
+    are the operator."""
+    if isinstance(exc, KeyboardInterrupt) and str(exc):
+        return str(exc)
+    return "stopped by the operator"
+
+
 class _Truncated(Exception):
     pass
 
@@ -333,9 +342,10 @@ class Runtime:
         except BaseException as exc:
             if self._kernel is not None:
                 self._kernel.close()
-            if self._stop.is_set() and not isinstance(exc, SandboxUnavailable):
+            stopping = self._stop.is_set() or isinstance(exc, KeyboardInterrupt)
+            if stopping and not isinstance(exc, SandboxUnavailable):
                 # stopped while starting (the kernel is closed under it): aborted, resumable
-                stopped = "stopped by the operator"
+                stopped = _stop_reason(exc)
                 if self.session_id:
                     self._set_status(SessionStatus.ABORTED, stopped)
                 message = self._summary(SessionStatus.ABORTED, stopped)
@@ -346,8 +356,8 @@ class Runtime:
         status, reason, error = SessionStatus.FAILED, None, None
         try:
             status, reason = self._loop()
-        except (Aborted, KeyboardInterrupt):
-            status, reason = SessionStatus.ABORTED, "stopped by the operator"
+        except (Aborted, KeyboardInterrupt) as exc:
+            status, reason = SessionStatus.ABORTED, _stop_reason(exc)
         except BackendError as exc:
             status, reason, error = SessionStatus.FAILED, f"model backend: {exc}", exc
         finally:
@@ -860,8 +870,10 @@ class Runtime:
         context, collapsed = self._context(asked, self.options.block_tokens)
         prefix = context + header.text()
         earlier = self._earlier_texts()
+        features = self.backend.features
         grammar = block_grammar(kind) if self.options.constrain else None
-        constrained = {"grammar": grammar} if grammar is not None else {}
+        if "grammar" not in features:
+            grammar = None
         sampled: list[tuple[Any, int]] = []
         scored: list[ranking.Scored] = []
         rounds = [self.options.candidates, *self.options.escalation]
@@ -869,7 +881,6 @@ class Runtime:
             if round_no:
                 self._checkpoint()
             stream = _Stream(self, kind, tick, count)
-            streaming = {"on_token": stream.piece} if "stream" in self.backend.features else {}
             candidates = self.backend.generate(
                 prefix,
                 n=count,
@@ -877,8 +888,8 @@ class Runtime:
                 stop=blocks.STOP,
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
-                **constrained,
-                **streaming,
+                grammar=grammar,
+                on_token=stream.piece if "stream" in features else None,
             )
             stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)

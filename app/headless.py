@@ -3,7 +3,8 @@
 The agent's final message goes to stdout (or, with `--json`, one JSON event per line);
 progress goes to stderr. Nobody is there to approve actions, so the policy decides
 (`ask` acts as `deny`). Exit codes: 0 completed, 1 failed, 3 model unavailable,
-4 truncated, 130 interrupted.
+4 truncated, 130 interrupted (Ctrl-C, SIGTERM or SIGHUP: the session is stored as aborted,
+`--resume ID` continues it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from app import exit_codes
-from app.common import open_model, open_store, refuse_without_sandbox
+from app.common import open_model, open_store, refuse_without_sandbox, session_options
+from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
     from agents.runtime import Event
@@ -93,7 +95,13 @@ class Progress:
 
 
 def run_query(args: argparse.Namespace, settings: Settings) -> int:
-    from agents.runtime import RunOptions, Runtime, task_from_snapshot
+    # SIGTERM and SIGHUP end the run as Ctrl-C does, from the model's loading on
+    with ending_on_signals():
+        return _run_query(args, settings)
+
+
+def _run_query(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.runtime import Runtime, task_from_snapshot
     from agents.tasks import TaskError, load_task, prompt_task
     from storage import NotFoundError, SessionStatus
 
@@ -138,12 +146,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
         # collection (measured: a third less runtime overhead per tick on a CPU).
         gc.freeze()
 
-        options = RunOptions.from_settings(
-            settings,
-            backend,
-            unsafe_no_sandbox=args.unsafe_no_sandbox,
-            max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
-        )
+        options = session_options(settings, backend, task, unsafe_no_sandbox=args.unsafe_no_sandbox)
         runtime = Runtime(
             store,
             backend,
@@ -178,6 +181,14 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
         return fail(f"{outcome.backend_error}{hint}", exit_codes.MODEL)
     if not args.json:
         print(outcome.message, flush=True)
+    if outcome.status is SessionStatus.ABORTED and outcome.session_id:
+        sid = outcome.session_id
+        print(
+            f"agent-console: session {sid} {outcome.reason or 'aborted'}: "
+            f"--resume {sid} continues it",
+            file=sys.stderr,
+            flush=True,
+        )
     return {
         SessionStatus.COMPLETED: exit_codes.OK,
         SessionStatus.TRUNCATED: exit_codes.TRUNCATED,

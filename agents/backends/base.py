@@ -13,6 +13,14 @@ one ran:
   distribution it was sampled from (temperature applied, no top-p/top-k truncation).
 - `finish_reason` is "stop" when a stop string or the end-of-sequence token ended the
   completion, "length" when `max_tokens` did.
+- With a `grammar`, every completion follows it, and `logprobs` are under the constrained
+  distribution actually sampled from: the temperature-scaled logits with every token the
+  grammar forbids masked out, renormalised. A completion the grammar has finished ends
+  with "stop" (with or without an end-of-sequence token, as the backend samples it).
+- `on_token(index, piece)` streams text while `generate` runs: `index` is the
+  candidate's place in the returned list, and the pieces of one candidate add up to its
+  `text` (never the stop string). It runs on the generating thread and must be quick; it
+  may call `tokenize`, but not `generate` or `score_yes_no`.
 - `score_yes_no` sums probability over the single-token spellings of yes and no the
   tokenizer has ("yes", "Yes", "YES", " yes", ...) and returns ln p(yes) - ln p(no).
 """
@@ -85,8 +93,15 @@ class Backend(ABC):
         stop: Sequence[str] = (),
         temperature: float = 1.0,
         seed: int | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+        grammar: str | None = None,
     ) -> list[Candidate]:
-        """`n` sampled completions of `prompt` (greedy when temperature is 0)."""
+        """`n` sampled completions of `prompt` (greedy when temperature is 0).
+
+        `on_token`, when given, receives (candidate index, new text) as text is produced;
+        `grammar` is an EBNF grammar (xgrammar's dialect, root rule `root`) every
+        completion must follow (see the module docstring for both). A backend that cannot
+        stream or constrain raises BackendError rather than ignoring them."""
 
     @abstractmethod
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:

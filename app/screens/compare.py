@@ -68,6 +68,9 @@ class PinnedAdapter(Backend):
         self.lock = lock
         self.name = inner.name
         self.model = inner.model
+        self.features = inner.features
+        self.device = inner.device
+        self.parameters = inner.parameters
 
     def _pinned(self, call: Callable[[], T]) -> T:
         with self.lock:
@@ -89,6 +92,8 @@ class PinnedAdapter(Backend):
         stop: Sequence[str] = (),
         temperature: float = 1.0,
         seed: int | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+        grammar: str | None = None,
     ) -> list[Candidate]:
         return self._pinned(
             lambda: self.inner.generate(
@@ -98,6 +103,8 @@ class PinnedAdapter(Backend):
                 stop=stop,
                 temperature=temperature,
                 seed=seed,
+                on_token=on_token,
+                grammar=grammar,
             )
         )
 
@@ -310,7 +317,7 @@ class CompareScreen(Screen[None]):
         self.app.call_from_thread(self.start_sides, sides)
 
     def make_sides(self) -> dict[str, Side]:
-        from agents.runtime import RunOptions
+        from app.common import session_options
         from app.live import LiveSession
 
         console = self.console
@@ -321,13 +328,13 @@ class CompareScreen(Screen[None]):
             record = self.store.get_adapter(self.adapter)
             backend.load_adapter(self.adapter, record.path)
         settings: Settings = console.settings
-        options = RunOptions.from_settings(
+        options = session_options(
             settings,
             backend,
+            self.agent_task,
             approval="auto",
             seed=random.randrange(1 << 30),
             memory=False,  # both sides see the same context: neither recalls the other
-            max_ticks=min(settings.max_ticks, self.agent_task.max_ticks or settings.max_ticks),
         )
         lock = threading.Lock()
         return {

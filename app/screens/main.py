@@ -367,15 +367,11 @@ class MainScreen(Screen[None]):
         if self.console.comparing:
             self.notify("an A/B comparison is using the model: wait for it", markup=False)
             return
-        from agents.runtime import RunOptions
+        from app.common import session_options
         from app.live import LiveSession
 
         settings = self.console.settings
-        options = RunOptions.from_settings(
-            settings,
-            backend,
-            max_ticks=min(settings.max_ticks, task.max_ticks or settings.max_ticks),
-        )
+        options = session_options(settings, backend, task)  # as `--query` builds them
         self.live = LiveSession(
             self.store, backend, task, options, sessions_dir=settings.sessions_dir()
         )

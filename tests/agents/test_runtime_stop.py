@@ -160,6 +160,52 @@ def test_stop_while_the_kernel_starts(
     assert store.count_nodes(outcome.session_id) == 0
 
 
+# -- interrupted (Ctrl-C, or a signal headless turns into a KeyboardInterrupt) --------------
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "reason"),
+    [
+        (KeyboardInterrupt(), "stopped by the operator"),  # Ctrl-C
+        (KeyboardInterrupt("stopped by SIGTERM"), "stopped by SIGTERM"),  # app.signals
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+@pytest.mark.parametrize("where", ["starting", "running"])
+def test_an_interrupt_aborts_the_session_with_its_reason(
+    store: TraceStore,
+    backend: Any,
+    tmp_path: Path,
+    interrupt: KeyboardInterrupt,
+    reason: str,
+    where: str,
+) -> None:
+    """A KeyboardInterrupt in the runtime's thread, while the session starts (on its
+    genesis block) or once it runs (on its first orientation), aborts the session and
+    stores why: its text when it has one ("stopped by SIGTERM"), else the operator's
+    Ctrl-C. No exception escapes, no kernel is left running, and it can be resumed."""
+    events: list[Event] = []
+    kind = blocks.GENESIS if where == "starting" else blocks.ORIENTATION
+
+    def listener(event: Event) -> None:
+        events.append(event)
+        if event.kind == "node" and event.data["kind"] == kind:
+            raise interrupt  # once: the session ends on it
+
+    runtime = runtime_for(store, backend, tmp_path, listener=listener)
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.ABORTED, outcome
+    assert outcome.reason == reason
+    assert outcome.message.endswith(f"({reason})")
+    session = store.get_session(outcome.session_id)
+    assert (session.status, session.status_reason) == (SessionStatus.ABORTED, reason)
+    assert statuses(events)[-1] == ("aborted", reason)
+    kernel = runtime._kernel
+    assert kernel is None or not kernel.alive
+    again = runtime_for(store, backend, tmp_path, resume=outcome.session_id)
+    assert again.run().status is SessionStatus.COMPLETED
+
+
 # -- resuming a session with no blocks ------------------------------------------------------
 
 

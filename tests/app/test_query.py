@@ -183,3 +183,146 @@ def test_resume_of_an_unknown_session_is_refused(tmp_path: Path) -> None:
     result = _run(tmp_path, "--db", str(tmp_path / "t.db"), "--resume", "42", "--backend", "none")
     assert result.returncode == exit_codes.USAGE
     assert "no such session" in _one_error_line(result)
+
+
+def test_query_and_the_console_build_the_same_options() -> None:
+    """`--query`, the console's live session and its A/B build their options in one place
+    (app.common.session_options): the same settings give the same run, the A/B differs
+    only where it means to, and a task's own tick limit wins where it is lower."""
+    from dataclasses import replace
+
+    from agents.runtime import RunOptions
+    from agents.settings import Settings
+    from agents.tasks import load_task
+    from app.common import session_options
+
+    settings = Settings(max_ticks=50, block_tokens=64)
+    task = load_task("csv_summary")
+    assert task.max_ticks == 30
+    live = session_options(settings, None, task)
+    assert live == RunOptions.from_settings(settings, None, max_ticks=30)
+    assert (live.approval, live.memory, live.block_tokens) == ("ask", True, 64)
+    ab = session_options(settings, None, task, approval="auto", seed=5, memory=False)
+    assert replace(ab, approval="ask", seed=None, memory=True) == live
+    assert session_options(Settings(max_ticks=2), None, task).max_ticks == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_the_first_ending_signal_raises_and_later_ones_are_ignored(signum: int) -> None:
+    """In process: the first SIGTERM or SIGHUP interrupts a blocking call in the main
+    thread with `Terminated` naming it; a second, while the run winds down, does nothing;
+    the previous handlers come back on the way out."""
+    import os
+
+    from app.signals import Terminated, ending_on_signals
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    name = signal.Signals(signum).name
+    with ending_on_signals():
+        started = time.monotonic()
+        with pytest.raises(Terminated, match=f"^stopped by {name}$"):
+            os.kill(os.getpid(), signum)
+            time.sleep(30)
+        assert time.monotonic() - started < 10
+        os.kill(os.getpid(), signum)  # ignored: the run is already ending
+        time.sleep(0.2)
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+SLOW_CHECK_TASK = """\
+title = "Wait for the slow check"
+prompt = "Write the answer to answer.txt."
+checks = '''
+def check_slowly(subagent):
+    import time
+    time.sleep(240)
+    return False
+'''
+"""
+
+
+def _stopped_by(tmp_path: Path) -> list[tuple[int, str, str | None]]:
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        return list(
+            db.execute("select id, status, json_extract(settings, '$.status_reason') from session")
+        )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("phase", ["generating", "in the kernel"])
+def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
+    tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals, phase: str
+) -> None:
+    """SIGTERM or SIGHUP to `--query` ends it as Ctrl-C does: the session is stored as
+    aborted with the signal as its reason, the exit code is 130 and stderr says how to
+    resume it; also when the signal lands in the middle of the model's `generate` (long
+    blocks, sent just after the tick's first observation) or while the sandboxed kernel
+    runs a task check that sleeps for minutes."""
+    task = tmp_path / "slow.toml"
+    task.write_text(SLOW_CHECK_TASK)
+    if phase == "generating":  # the tiny model never ends a block: thousands of tokens
+        tuning = ("--block-tokens", "4000", "--candidates", "4")
+
+        def ready(event: dict[str, object]) -> bool:
+            return event.get("kind") == "observation" and event.get("tick") == 1
+
+    else:
+        tuning = ("--action-timeout", "600")
+
+        def ready(event: dict[str, object]) -> bool:
+            return event.get("kind") == "evaluation" and event.get("status") in (
+                "executed",
+                "failed",
+            )
+
+    command = _command(
+        tmp_path,
+        tiny_model_dir,
+        *FAST,
+        *tuning,
+        "--memory",
+        "off",
+        "--json",
+        "--query",
+        "go",
+        "--task",
+        str(task),
+    )
+    process = subprocess.Popen(
+        command,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    events: list[dict[str, object]] = []
+    for line in process.stdout:
+        events.append(json.loads(line))
+        if events[-1].get("event") == "node" and ready(events[-1]):
+            break
+    else:
+        process.wait(60)
+        pytest.fail(f"the run ended before the signal: {process.stderr.read()[-2000:]}")
+    time.sleep(1.0)  # into the generate call, or into the check's sleep
+    sent = time.monotonic()
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=120)
+    took = time.monotonic() - sent
+    name = signal.Signals(signum).name
+    assert process.returncode == exit_codes.INTERRUPTED, err
+    assert "Traceback" not in err
+    assert _stopped_by(tmp_path) == [(1, "aborted", f"stopped by {name}")]
+    hint = f"agent-console: session 1 stopped by {name}: --resume 1 continues it"
+    assert hint in err.splitlines(), err
+    end = json.loads(out.splitlines()[-1])
+    assert (end["event"], end["status"], end["reason"]) == ("end", "aborted", f"stopped by {name}")
+    assert took < 60, took  # not after the block, nor after the check's four minutes
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        kinds = [kind for (kind,) in db.execute("select kind from node where tick = 1")]
+    if phase == "generating":
+        assert "orientation" not in kinds  # stopped inside the block's generate call
+    else:
+        assert "outcome" not in kinds  # stopped inside the check, before the outcome
