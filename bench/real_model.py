@@ -190,7 +190,9 @@ def valid(node: Any) -> bool:
     return True
 
 
-def quality(model: Path, sessions: int, ticks: int) -> dict[str, Any]:
+def quality(
+    model: Path, sessions: int, ticks: int, only: list[str], tasks: list[str], random: bool
+) -> dict[str, Any]:
     from agents.backends.transformers_backend import TransformersBackend
     from tests.support.tiny_model import build_tiny_model
 
@@ -203,14 +205,16 @@ def quality(model: Path, sessions: int, ticks: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tiny = build_tiny_model(Path(tmp) / "tiny", norm_scale=8.0)
-        runs = [("gemma", name, config) for name, config in configs.items()]
-        runs.append(("random", "example+grammar", configs["example+grammar"]))
+        runs = [("gemma", name, config) for name, config in configs.items() if name in only]
+        if random:
+            runs.append(("random", "example+grammar", configs["example+grammar"]))
         for model_name, name, config in runs:
             backend = TransformersBackend(str(model if model_name == "gemma" else tiny))
             options = RunOptions.from_settings(
                 _settings(), backend, approval="auto", max_ticks=ticks, memory=False, **config
             )
-            row = run_sessions(backend, options, sessions, Path(tmp) / f"{model_name}-{name}")
+            folder = Path(tmp) / f"{model_name}-{name}"
+            row = run_sessions(backend, options, sessions, tasks, folder)
             backend.close()
             results[f"{model_name} {name}"] = row
             print(f"| {model_name} | {name} | {json.dumps(row)} |", flush=True)
@@ -223,7 +227,9 @@ def _settings() -> Any:
     return Settings()
 
 
-def run_sessions(backend: Any, options: RunOptions, sessions: int, folder: Path) -> dict[str, Any]:
+def run_sessions(
+    backend: Any, options: RunOptions, sessions: int, tasks: list[str], folder: Path
+) -> dict[str, Any]:
     folder.mkdir(parents=True)
     kinds: dict[str, list[bool]] = defaultdict(list)
     per_task: dict[str, list[bool]] = defaultdict(list)
@@ -232,7 +238,7 @@ def run_sessions(backend: Any, options: RunOptions, sessions: int, folder: Path)
     solved = copies = 0
     with TraceStore(folder / "t.db") as store:
         for number in range(sessions):
-            for task_name in TASKS:
+            for task_name in tasks:
                 timeline: list[tuple[float, Event]] = []
 
                 def listen(event: Event, timeline: list[tuple[float, Event]] = timeline) -> None:
@@ -261,7 +267,7 @@ def run_sessions(backend: Any, options: RunOptions, sessions: int, folder: Path)
                         if node.kind in (blocks.ACTION, blocks.EVALUATION):
                             per_task[f"{task_name} {node.kind}"].append(ok)
     return {
-        "sessions": sessions * len(TASKS),
+        "sessions": sessions * len(tasks),
         "solved": solved,
         "valid": {k: f"{sum(v)}/{len(v)}" for k, v in sorted(kinds.items())},
         "valid_by_task": {k: f"{sum(v)}/{len(v)}" for k, v in sorted(per_task.items())},
@@ -277,13 +283,27 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1, help="sessions per task and setting")
     parser.add_argument("--ticks", type=int, default=1)
     parser.add_argument("--vllm", help="an OpenAI-compatible server serving the model")
+    parser.add_argument(
+        "--configs",
+        default="bare,example,grammar,example+grammar",
+        help="which helps to compare (comma-separated)",
+    )
+    parser.add_argument("--tasks", default=",".join(TASKS), help="shipped tasks to run")
+    parser.add_argument("--no-random", action="store_true", help="skip the random model")
     args = parser.parse_args()
     model = ensure_model(print)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d")}
     if "speed" in args.parts:
         results["speed"] = speed(model, args.vllm)
     if "quality" in args.parts:
-        results["quality"] = quality(model, args.sessions, args.ticks)
+        results["quality"] = quality(
+            model,
+            args.sessions,
+            args.ticks,
+            args.configs.split(","),
+            args.tasks.split(","),
+            not args.no_random,
+        )
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {OUT}")

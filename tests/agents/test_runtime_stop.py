@@ -99,20 +99,21 @@ def test_stop_before_run_aborts_before_the_first_block(
 def test_stop_from_the_listener_on_the_first_event(
     store: TraceStore, backend: Any, tmp_path: Path
 ) -> None:
-    """The first event is the genesis block; a stop there ends the session before its
-    first tick."""
+    """The first event is the session's first line, the first block the genesis; a stop
+    there ends the session before its first tick."""
     events: list[Event] = []
     runtime: Runtime
 
     def listener(event: Event) -> None:
-        if not events:
+        if event.kind == "node" and not any(e.kind == "node" for e in events):
             runtime.stop()
         events.append(event)
 
     runtime = runtime_for(store, backend, tmp_path, listener=listener)
     outcome = runtime.run()
     assert_stopped(store, runtime, outcome)
-    assert events[0].kind == "node" and events[0].data["kind"] == blocks.GENESIS
+    assert events[0].kind == "start" and "3 candidates a block" in events[0].data["text"]
+    assert events[1].kind == "node" and events[1].data["kind"] == blocks.GENESIS
     assert [n.kind for n in store.tree(outcome.session_id)] == [blocks.GENESIS]
     assert statuses(events) == [("aborted", "stopped by the operator")]
 

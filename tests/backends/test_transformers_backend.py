@@ -245,7 +245,10 @@ def test_stop_strings_apply_per_candidate(backend: TransformersBackend) -> None:
             assert stop in backend._decode(part.token_ids)
             assert stop not in backend._decode(part.token_ids[:-1])  # the last token ended it
         else:
-            assert part == whole
+            # a row that leaves the batch changes the others' float32 sums in the last bits
+            same = (part.text, part.token_ids, part.finish_reason)
+            assert same == (whole.text, whole.token_ids, whole.finish_reason)
+            assert part.logprobs == pytest.approx(whole.logprobs, abs=1e-5)
     assert cut[2].finish_reason == "stop" and len(cut[2].token_ids) <= 7
 
 
