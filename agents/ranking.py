@@ -90,14 +90,19 @@ def is_copy(text: str, earlier: Sequence[str]) -> bool:
 
 def _copied_share(text: str, earlier: Sequence[str]) -> float:
     """The share of `text`'s windows of COPY_WINDOW characters (every COPY_STRIDE) that
-    occur verbatim in the earlier texts, whitespace runs counted as one space."""
-    flat = " ".join(text.split())
+    occur verbatim in the earlier texts, whitespace runs counted as one space and comment
+    marks left out (a task said back as `# ...` lines is still the task)."""
+    flat = _flat(text)
     if len(flat) < COPY_WINDOW:
         return 0.0
-    joined = "\n".join(" ".join(previous.split()) for previous in earlier)
+    joined = "\n".join(_flat(previous) for previous in earlier)
     starts = range(0, len(flat) - COPY_WINDOW + 1, COPY_STRIDE)
     found = sum(1 for i in starts if flat[i : i + COPY_WINDOW] in joined)
     return found / len(starts)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("#", " ").split())
 
 
 def _near_copy(text: str, earlier: Sequence[str]) -> bool:

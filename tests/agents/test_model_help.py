@@ -109,6 +109,16 @@ def test_a_copy_is_never_chosen_while_a_fresh_candidate_exists() -> None:
     ]
     scored = ranking.score_candidates("orientation", bodies, [5.0, 4.0, -1.0], earlier)
     assert [s.copy for s in scored] == [True, True, False]
+    # seen on Gemma: the task said back as comment lines, under a line of its own
+    task = (
+        "Write a JSON object to summary.json with two keys: revenue_by_region, the sum of\n"
+        "units * price over each region's rows, and best_selling_product, the product with\n"
+        "the most units sold."
+    )
+    commented = "#The task is to summarise sales.\n" + "".join(
+        f"#{line}\n" for line in task.split("\n")
+    )
+    assert ranking.is_copy(commented, [f"Task: Summarise sales.csv\n{task}"])
     assert ranking.pick(scored, "best", random.Random(0)) == 2
     assert {ranking.pick(scored, "softmax", random.Random(s)) for s in range(30)} == {2}
     # escalation goes on while every candidate is a copy, whatever their scores
