@@ -411,8 +411,9 @@ class MainScreen(Screen[None]):
         if last is not None or requests:
             self._quiet_since = now
             self._awaiting_operator = last is not None and last.kind == "step"
-            streaming = last is not None and last.kind == "sampling"
-            if not self._awaiting_operator and live is not None and not streaming:
+            if last is None or last.kind != "sampling":
+                status.activity = ""
+            if not self._awaiting_operator and live is not None:
                 status.mode = live.mode
             return
         quiet = now - self._quiet_since
@@ -457,12 +458,12 @@ class MainScreen(Screen[None]):
                 status.mode = f"step: next {event.data.get('next')} (s)"
             elif event.kind == "start":
                 chat.say("console", str(event.data.get("text", "")), style="dim")
-            elif event.kind == "sampling" and self.live is not None:
+            elif event.kind == "sampling":
                 data = event.data
                 tail = " ".join(str(data.get("text", "")).split())[-60:]
-                status.mode = (
-                    f"{self.live.mode} · writing {data['block']} ({data['candidates']} "
-                    f"candidates, {data['tokens']} tokens, {data['seconds']:.0f} s): {tail}"
+                status.activity = (
+                    f"writing {data['block']} ({data['candidates']} candidates, "
+                    f"{data['tokens']} tokens, {data['seconds']:.0f} s): {tail}"
                 )
         for session_id, batch in nodes.items():
             tree.add_live_nodes(session_id, batch)
@@ -535,7 +536,7 @@ class MainScreen(Screen[None]):
             self.apply_events(rest.events)
         self.close_stale_approval()
         status = self.query_one(StatusBar)
-        status.mode = ""
+        status.mode = status.activity = ""
         outcome = event.worker.result if event.state is WorkerState.SUCCESS else None
         if outcome is not None:
             status.session = f"session {outcome.session_id} {outcome.status.value}"

@@ -29,6 +29,8 @@ class StatusBar(Static):
     policy: reactive[str] = reactive("")
     session: reactive[str] = reactive("")
     mode: reactive[str] = reactive("")
+    #: what the agent is doing right now (the block being sampled), while it lasts
+    activity: reactive[str] = reactive("")
     job: reactive[str] = reactive("")
 
     def render(self) -> Text:
@@ -43,5 +45,7 @@ class StatusBar(Static):
             line.append(f" · {self.session}", style="bold")
         if self.mode:
             line.append(f" · {self.mode}")
+        if self.activity:
+            line.append(f" · {self.activity}", style="italic")
         line.append(f" · {self.job or 'no training job'}", style="dim")
         return line
