@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -178,15 +179,22 @@ def job_id(text: str) -> int:
 
 
 def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> int:
-    from agents.backends import default_model
+    from agents.backends import BackendError, default_model
     from agents.settings import data_dir
     from storage import JobKind
-    from training.jobs import JobOptions, NotEnoughDataError, parse_since, queue_job
+    from training.jobs import (
+        JobOptions,
+        NotEnoughDataError,
+        check_enough_data,
+        parse_since,
+        queue_job,
+    )
 
     since = parse_since(args.since) if args.since is not None else None
+    named = args.base or settings.model.strip()
     options = JobOptions(
         kind=JobKind(args.train_command),
-        base_model=args.base or settings.model.strip() or default_model(_stderr_line),
+        base_model=named or default_model(convert=False),
         name=args.name,
         epochs=args.epochs,
         learning_rate=args.lr,
@@ -205,9 +213,14 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
                 exit_codes.USAGE,
             )
     try:
+        if not named:  # the default model: converted first where it is the offline one
+            check_enough_data(store, options.kind, options.since)
+            options = replace(options, base_model=default_model(_stderr_line))
         job = queue_job(store, options, data_dir=data_dir())
     except NotEnoughDataError as exc:
         return fail(f"too little data: {exc}", exit_codes.USAGE)
+    except BackendError as exc:  # the offline model could not be prepared
+        return fail(str(exc), exit_codes.MODEL)
     rows = job.config.get("rows_at_queue")
     noun = "examples" if options.kind is JobKind.SFT else "pairs"
     print(f"job {job.id} queued: {job.kind.value} on {rows} {noun} -> adapter {job.name!r}")
