@@ -30,6 +30,20 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _spawn(command: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    """`command` started in `tmp_path` with this test's environment, its output piped as
+    text, no stdin: for tests that watch a run while it goes."""
+    return subprocess.Popen(
+        command,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def _run(tmp_path: Path, *args: str, script: bool = True, **env: str):
     command = [str(SCRIPT)] if script else [sys.executable, "-m", "app.cli"]
     return subprocess.run(

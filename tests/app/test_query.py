@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app import exit_codes
-from tests.app.test_cli import SCRIPT, _env, _one_error_line, _run
+from tests.app.test_cli import SCRIPT, _env, _one_error_line, _run, _spawn
 from tests.support.answer_task import task_toml
 
 pytestmark = pytest.mark.timeout(300)
@@ -135,15 +135,7 @@ def test_interrupt_marks_the_session_aborted(tmp_path: Path, tiny_model_dir: Pat
     command = _command(
         tmp_path, tiny_model_dir, *FAST, "--max-ticks", "50", "--query", "go", "--task", str(task)
     )
-    process = subprocess.Popen(
-        command,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    process = _spawn(command, tmp_path)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if _sessions(tmp_path) if (tmp_path / "traces.db").exists() else []:
@@ -288,15 +280,7 @@ def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
         "--task",
         str(task),
     )
-    process = subprocess.Popen(
-        command,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    process = _spawn(command, tmp_path)
     assert process.stdout is not None
     events: list[dict[str, object]] = []
     for line in process.stdout:

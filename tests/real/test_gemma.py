@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from agents import blocks
 from agents.backends import offline
-from tests.app.test_cli import SCRIPT, _env
+from tests.app.test_cli import SCRIPT, _spawn
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
 
@@ -75,15 +74,7 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
         "off",
     ]
     started = time.monotonic()
-    process = subprocess.Popen(
-        command,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    process = _spawn(command, tmp_path)
     assert process.stderr is not None
     lines: list[tuple[float, str]] = []
     for line in process.stderr:
