@@ -48,7 +48,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
 
 def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
     """One headless tick on the real model with the product's defaults for a CPU (fewer
-    candidates, to keep the suite short): the first tokens reach stderr within seconds,
+    candidates and tokens, to keep the suite short): the first tokens reach stderr within seconds,
     the session's first line says the choices, and every chosen code block parses and
     registers its callback."""
     db = tmp_path / "traces.db"
@@ -69,7 +69,9 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
         "--max-ticks",
         "1",
         "--candidates",
-        "4",
+        "2",
+        "--block-tokens",
+        "160",
         "--memory",
         "off",
     ]
@@ -84,11 +86,11 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
     text = "\n".join(line for _, line in lines)
     assert "Traceback" not in text
     first = next(line for _, line in lines if line.startswith("session 1: gemma-3-270m"))
-    assert "4 candidates a block" in first and "example tick on" in first
+    assert "2 candidates a block" in first and "example tick on" in first
     assert "grammar on" in first
     # the first tokens of the first block, then a rate for each block
     streamed = [line for _, line in lines if "to the first tokens" in line]
-    assert streamed and streamed[0].startswith("tick 1 orientation: sampling 4 candidates")
+    assert streamed and streamed[0].startswith("tick 1 orientation: sampling 2 candidates")
     seconds = float(streamed[0].split("(")[1].split(" s to")[0])
     assert seconds < 10, streamed[0]
     assert any("tokens/s" in line for _, line in lines)
