@@ -48,7 +48,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
 
 def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
     """One headless tick on the real model with the product's defaults for a CPU (fewer
-    candidates and tokens, to keep the suite short): the first tokens reach stderr within seconds,
+    candidates, to keep the suite short): the first tokens reach stderr within seconds,
     the session's first line says the choices, and every chosen code block parses and
     registers its callback."""
     db = tmp_path / "traces.db"
@@ -70,8 +70,6 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
         "1",
         "--candidates",
         "2",
-        "--block-tokens",
-        "160",
         "--memory",
         "off",
     ]
