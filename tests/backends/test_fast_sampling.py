@@ -24,7 +24,6 @@ PROMPT = "#startblock type: action\n#index 3\n\ndef action_check(subagent):\n"
 GRAMMAR = 'root ::= "def f(x):\\n    return " [0-9]+ "\\n#endblock"'
 GRAMMAR_DONE = re.compile(r"def f\(x\):\n    return [0-9]+\n#endblock")
 GRAMMAR_SO_FAR = re.compile(r"def f\(x\):\n    return [0-9]+")
-GEMMA_DIR = Path("/tmp/xdg/agent-console/models/gemma-3-270m")
 
 
 @pytest.fixture(scope="module")
@@ -286,10 +285,8 @@ def test_big_models_take_bf16_only_where_the_cpu_has_it(
 
 
 @pytest.fixture(scope="module")
-def gemma() -> Iterator[TransformersBackend]:
-    if not (GEMMA_DIR / "config.json").is_file():
-        pytest.skip(f"no converted Gemma 3 270M at {GEMMA_DIR}")
-    opened = TransformersBackend(str(GEMMA_DIR), dtype="float32")
+def gemma(gemma_dir: Path) -> Iterator[TransformersBackend]:
+    opened = TransformersBackend(str(gemma_dir), dtype="float32")
     yield opened
     opened.close()
 
