@@ -93,9 +93,7 @@ def test_a_prompt_that_no_longer_renders_as_sampled_is_reported_not_used(
     # the stored header of the block after the operator's edit changes: it and every
     # block after it now render a different prompt than the one they were sampled after
     edit = next(n for n in tree if n.author is Author.OPERATOR)
-    target = next(
-        n for n in tree if n.parent_id == edit.id and n.status is NodeStatus.CHOSEN
-    )
+    target = next(n for n in tree if n.parent_id == edit.id and n.status is NodeStatus.CHOSEN)
     sqlite_store.update_node(target.id, meta={"timestamp": 1.0})
     report = BuildReport(DatasetKind.SFT)
     after = {row["node_id"] for row in rows(sqlite_store, "sft", report=report)}
