@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +46,10 @@ REPEAT_SIMILARITY = 0.9
 COPY_SHARE = 0.75
 COPY_WINDOW = 24
 COPY_STRIDE = 8
+#: ... or when COPY_WORD_SHARE of its runs of COPY_WORDS words (case and punctuation
+#: left out) are runs of earlier text: a copy reflowed, or edited every few words.
+COPY_WORDS = 4
+COPY_WORD_SHARE = 0.6
 
 #: Code blocks must register their callbacks through these methods.
 REQUIRED_CALL = {
@@ -85,7 +90,11 @@ def is_copy(text: str, earlier: Sequence[str]) -> bool:
         return True
     if len(text) <= 40:  # short texts are only ever exact copies
         return False
-    return _copied_share(text, earlier) >= COPY_SHARE or _near_copy(text, earlier)
+    return (
+        _copied_share(text, earlier) >= COPY_SHARE
+        or _copied_word_share(text, earlier) >= COPY_WORD_SHARE
+        or _near_copy(text, earlier)
+    )
 
 
 def _copied_share(text: str, earlier: Sequence[str]) -> float:
@@ -99,6 +108,20 @@ def _copied_share(text: str, earlier: Sequence[str]) -> float:
     starts = range(0, len(flat) - COPY_WINDOW + 1, COPY_STRIDE)
     found = sum(1 for i in starts if flat[i : i + COPY_WINDOW] in joined)
     return found / len(starts)
+
+
+def _copied_word_share(text: str, earlier: Sequence[str]) -> float:
+    """The share of `text`'s runs of COPY_WORDS words found among the earlier texts'."""
+    runs = _word_runs(text)
+    if len(runs) < 2 * COPY_WORDS:
+        return 0.0
+    seen = set().union(*(set(_word_runs(previous)) for previous in earlier))
+    return sum(1 for run in runs if run in seen) / len(runs)
+
+
+def _word_runs(text: str) -> list[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return [tuple(words[i : i + COPY_WORDS]) for i in range(len(words) - COPY_WORDS + 1)]
 
 
 def _flat(text: str) -> str:

@@ -73,6 +73,10 @@ REMINDER_CHARS = 600
 #: An operator's edit longer than this shows in the context cut to it (the store keeps
 #: it whole): a pasted megabyte must not end the session.
 OPERATOR_CONTEXT_CHARS = 8000
+#: A block whose candidates all repeat earlier blocks gets one more round in which no
+#: run of this many tokens of its context may be generated again (about 30 characters,
+#: a little more than the copy detector's window).
+NO_REPEAT_TOKENS = 4
 #: Seconds a tick may spend embedding new blocks into the memory (the rest waits).
 MEMORY_SYNC_SECONDS = 5.0
 
@@ -877,29 +881,43 @@ class Runtime:
         sampled: list[tuple[Any, int]] = []
         scored: list[ranking.Scored] = []
         rounds = [self.options.candidates, *self.options.escalation]
-        for round_no, count in enumerate(rounds):
-            if round_no:
-                self._checkpoint()
-            stream = _Stream(self, kind, tick, count)
+        no_repeat_round = -1  # the round that banned repeats, if one did
+
+        def draw(round_no: int, no_repeat: int = 0) -> None:
+            stream = _Stream(self, kind, tick, rounds[round_no])
             candidates = self.backend.generate(
                 prefix,
-                n=count,
+                n=rounds[round_no],
                 max_tokens=self.options.block_tokens,
                 stop=blocks.STOP,
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
                 grammar=grammar,
                 on_token=stream.piece if "stream" in features else None,
+                **({"no_repeat": no_repeat} if no_repeat else {}),
             )
             stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)
             bodies = [c.text.rstrip() for c in candidates]
             prompts = [ranking.question_prompt(prefix, body, question) for body in bodies]
             log_odds = self.backend.score_yes_no(prompts)
-            scored += ranking.score_candidates(kind, bodies, log_odds, earlier)
-            sampled += [(c, round_no) for c in candidates]
+            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier))
+            sampled.extend((c, round_no) for c in candidates)
+
+        for round_no in range(len(rounds)):
+            if round_no:
+                self._checkpoint()
+            draw(round_no)
             if ranking.good_enough(kind, scored, self.options.rank_threshold):
                 break
+        else:
+            if all(s.copy for s in scored) and "no-repeat" in features:
+                # every candidate repeated an earlier block: one more round in which the
+                # model may not repeat a run of the context's tokens
+                rounds.append(self.options.candidates)
+                no_repeat_round = len(rounds) - 1
+                self._checkpoint()
+                draw(no_repeat_round, NO_REPEAT_TOKENS)
         best = ranking.pick(scored, self.options.pick, self._rng)
         digest = blocks.prompt_hash(prefix)
         parent = self.path[-1]
@@ -929,6 +947,7 @@ class Runtime:
                         "max_tokens": self.options.block_tokens,
                         "n": rounds[round_no],
                         "round": round_no,
+                        **({"no_repeat": NO_REPEAT_TOKENS} if round_no == no_repeat_round else {}),
                         "model": self.backend.model,
                         "adapter": self.backend.active_adapter,
                         "finish_reason": candidate.finish_reason,

@@ -17,6 +17,9 @@ one ran:
   distribution actually sampled from: the temperature-scaled logits with every token the
   grammar forbids masked out, renormalised. A completion the grammar has finished ends
   with "stop" (with or without an end-of-sequence token, as the backend samples it).
+- With `no_repeat=k`, no run of k tokens that is already in the prompt or earlier in the
+  completion is generated again (transformers' NoRepeatNGramLogitsProcessor); where the
+  grammar leaves nothing else, the grammar wins. `logprobs` are under that distribution.
 - `on_token(index, piece)` streams text while `generate` runs: `index` is the
   candidate's place in the returned list, and the pieces of one candidate add up to its
   `text` (never the stop string). It runs on the generating thread and must be quick; it
@@ -76,7 +79,8 @@ class Backend(ABC):
     #: the model id, path or served name
     model: str
     #: what `generate` can do beyond the basics: "grammar" (structured decoding),
-    #: "stream" (`on_token`); the runtime asks only for what a backend lists
+    #: "stream" (`on_token`), "no-repeat" (`no_repeat`); the runtime asks only for what
+    #: a backend lists
     features: frozenset[str] = frozenset()
     #: where the model runs: "cpu", "cuda", "mps", or "server" (not known here)
     device: str = "server"
@@ -95,13 +99,15 @@ class Backend(ABC):
         seed: int | None = None,
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
+        no_repeat: int = 0,
     ) -> list[Candidate]:
         """`n` sampled completions of `prompt` (greedy when temperature is 0).
 
         `on_token`, when given, receives (candidate index, new text) as text is produced;
         `grammar` is an EBNF grammar (xgrammar's dialect, root rule `root`) every
-        completion must follow (see the module docstring for both). A backend that cannot
-        stream or constrain raises BackendError rather than ignoring them."""
+        completion must follow; `no_repeat` > 0 bans repeating any run of that many
+        tokens of the prompt or the completion (see the module docstring for all three).
+        A backend that cannot do one of them raises BackendError rather than ignoring it."""
 
     @abstractmethod
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:

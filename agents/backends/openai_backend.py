@@ -418,7 +418,10 @@ class OpenAIBackend(Backend):
         seed: int | None = None,
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
+        no_repeat: int = 0,
     ) -> list[Candidate]:
+        if no_repeat:
+            raise BackendError(f"the model server at {self.base_url} cannot ban repeats")
         if n < 1 or max_tokens < 1:
             raise BackendError("generate needs n >= 1 and max_tokens >= 1")
         if temperature < 0:

@@ -230,7 +230,7 @@ class TransformersBackend(Backend):
     """A causal LM from a local folder, the Hugging Face cache or the hub, in process."""
 
     name = "transformers"
-    features = frozenset({"grammar", "stream"})
+    features = frozenset({"grammar", "stream", "no-repeat"})
 
     def __init__(
         self,
@@ -514,6 +514,7 @@ class TransformersBackend(Backend):
         seed: int | None = None,
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
+        no_repeat: int = 0,
     ) -> list[Candidate]:
         if n < 1:
             raise BackendError(f"n must be at least 1, not {n}")
@@ -521,6 +522,8 @@ class TransformersBackend(Backend):
             raise BackendError(f"max_tokens must be at least 1, not {max_tokens}")
         if temperature < 0:
             raise BackendError(f"temperature must be 0 or more, not {temperature}")
+        if no_repeat < 0:
+            raise BackendError(f"no_repeat must be 0 or more, not {no_repeat}")
         ids = self._prompt_ids(prompt)
         self.check_fits(len(ids), max_tokens)
         stops = [s for s in stop if s]
@@ -548,6 +551,7 @@ class TransformersBackend(Backend):
                 seed=seed,
                 compiled=compiled,
                 emit=emit,
+                no_repeat=no_repeat,
             )
         return finished if sampling else finished * n
 
@@ -563,6 +567,7 @@ class TransformersBackend(Backend):
         seed: int | None,
         compiled: Any,
         emit: Callable[[int, str], None],
+        no_repeat: int = 0,
     ) -> list[Candidate]:
         """The decoding loop: one prefill, the cache repeated for the rows, then one
         forward per step over the rows still running; a row that ends leaves the batch and
@@ -581,6 +586,11 @@ class TransformersBackend(Backend):
             for row in state:
                 row.matcher = xgr.GrammarMatcher(compiled)
         finished: list[Candidate | None] = [None] * rows
+        ban = None
+        if no_repeat:
+            from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+            ban = NoRepeatNGramLogitsProcessor(no_repeat)
 
         out = model(
             input_ids=torch.tensor([ids], dtype=torch.long, device=self._device),
@@ -604,6 +614,14 @@ class TransformersBackend(Backend):
                     masked, bitmask[: len(live)].to(masked.device), vocab_size=self._vocab_size
                 )
                 scaled = masked.to(scaled.device)
+            if ban is not None:
+                seen = torch.tensor(
+                    [ids + state[r].tokens for r in live], dtype=torch.long, device=self._device
+                )
+                banned = ban(seen, scaled)
+                # where the ban leaves nothing (the grammar allows only a repeat), no ban
+                open_rows = torch.isfinite(banned).any(dim=-1, keepdim=True)
+                scaled = torch.where(open_rows, banned, scaled)
             logprobs = scaled.log_softmax(dim=-1)
             if temperature > 0:
                 # Each row draws from its own generator, so a row's sample never depends

@@ -95,9 +95,12 @@ class VLLMBackend(Backend):
         seed: int | None = None,
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
+        no_repeat: int = 0,
     ) -> list[Candidate]:
-        if on_token is not None or grammar is not None:
-            raise BackendError(f"the {self.name} backend cannot stream or follow a grammar yet")
+        if on_token is not None or grammar is not None or no_repeat:
+            raise BackendError(
+                f"the {self.name} backend cannot stream, follow a grammar or ban repeats yet"
+            )
         from vllm import SamplingParams
 
         ids = self._prompt_ids(prompt)

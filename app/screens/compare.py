@@ -94,6 +94,7 @@ class PinnedAdapter(Backend):
         seed: int | None = None,
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
+        no_repeat: int = 0,
     ) -> list[Candidate]:
         return self._pinned(
             lambda: self.inner.generate(
@@ -105,6 +106,7 @@ class PinnedAdapter(Backend):
                 seed=seed,
                 on_token=on_token,
                 grammar=grammar,
+                no_repeat=no_repeat,
             )
         )
 

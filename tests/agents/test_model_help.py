@@ -119,6 +119,36 @@ def test_a_copy_is_never_chosen_while_a_fresh_candidate_exists() -> None:
         f"#{line}\n" for line in task.split("\n")
     )
     assert ranking.is_copy(commented, [f"Task: Summarise sales.csv\n{task}"])
+    # seen on Gemma when the context's runs of tokens were banned: the task reflowed,
+    # a word changed every few words (no 24-character window of it is the task's)
+    reminder2 = (
+        "Task: Summarise sales.csv as JSON\nYour work directory holds sales.csv: 40 sales "
+        "records with the columns region, product,\nunits (a whole number) and price (the "
+        "unit price of that sale, in dollars). The same\nproduct can sell at different "
+        "prices in different rows.\n\nWrite summary.json in the work directory: one JSON "
+        'object with exactly these two keys:\n- "revenue_by_region": an object mapping each '
+        "region name (as written in the CSV) to its\n  total revenue, the sum of units * "
+        "price over that region's rows, as a number rounded\n  to 2 decimals (not a "
+        'string);\n- "best_selling_product": the name of the product with the most units '
+        "sold [...]"
+    )
+    reflowed = (
+        "task:\nYour work directory holds sales: 40 sales records with\nthe columns region, "
+        "product, units (a whole number) and price\n(the unit price of that sale,\nin "
+        "dollars). The same product can sell at different prices in different\nrows.\n\n"
+        "Write summary.json in your work directory: one JSON object with exact these two "
+        'keys:\n- "region": the region name (as written in the csv)\n- "product": the'
+    )
+    assert ranking._copied_share(reflowed, [reminder2]) < ranking.COPY_SHARE
+    assert ranking.is_copy(reflowed, [reminder2])
+    # code that shares the example's idioms but does its own work is not a copy
+    fresh_check = (
+        "def summary_has_both_keys(subagent):\n"
+        '    data = json.loads(subagent.read_file("summary.json"))\n'
+        '    return set(data) == {"revenue_by_region", "best_selling_product"}\n'
+        'self.add_evaluation("summary.json has both keys", summary_has_both_keys)'
+    )
+    assert not ranking.is_copy(fresh_check, [reminder2, *example_bodies(1)])
     assert ranking.pick(scored, "best", random.Random(0)) == 2
     assert {ranking.pick(scored, "softmax", random.Random(s)) for s in range(30)} == {2}
     # escalation goes on while every candidate is a copy, whatever their scores

@@ -241,6 +241,59 @@ def test_greedy_follows_the_grammar_too(backend: TransformersBackend) -> None:
     assert "".join(pieces[1]) == cands[1].text
 
 
+def _repeats(tokens: Sequence[int], k: int, start: int) -> list[int]:
+    """Positions from `start` on where a run of k tokens ends that occurred before."""
+    runs = {tuple(tokens[i : i + k]) for i in range(start - k + 1)}
+    found = []
+    for end in range(start, len(tokens)):
+        run = tuple(tokens[end - k + 1 : end + 1])
+        if run in runs:
+            found.append(end)
+        runs.add(run)
+    return found
+
+
+def _banned_logprobs(
+    backend: TransformersBackend, prompt: list[int], cand: Candidate, temperature: float, k: int
+) -> list[float]:
+    """Independently of the backend: each step's temperature-scaled logits with every
+    token that would complete an earlier run of k tokens set to -inf, log-softmaxed."""
+    import torch
+
+    with torch.inference_mode():
+        logits = backend._base(input_ids=torch.tensor([prompt + cand.token_ids])).logits[0]
+    steps = logits[len(prompt) - 1 : -1].float() / (temperature if temperature > 0 else 1.0)
+    seen = prompt + cand.token_ids
+    for i in range(len(cand.token_ids)):
+        before = seen[: len(prompt) + i]
+        tail = tuple(before[len(before) - k + 1 :]) if k > 1 else ()
+        for j in range(len(before) - k + 1):
+            if tuple(before[j : j + k - 1]) == tail:
+                steps[i, before[j + k - 1]] = float("-inf")
+    chosen = torch.tensor(cand.token_ids)[:, None]
+    return steps.log_softmax(-1).gather(-1, chosen).squeeze(-1).tolist()
+
+
+def test_no_repeat_bans_runs_of_the_prompt_and_the_completion(
+    backend: TransformersBackend,
+) -> None:
+    prompt = backend.tokenize(PROMPT)
+    # the tiny model, greedy, loops on a token of the prompt
+    loop = backend.generate(prompt, max_tokens=24, temperature=0)[0]
+    assert _repeats(prompt + loop.token_ids, 2, len(prompt))
+    for k, temperature in ((2, 0.0), (1, 1.0), (3, 0.7)):
+        cands = backend.generate(
+            prompt, n=3, max_tokens=24, temperature=temperature, seed=5, no_repeat=k
+        )
+        for cand in cands:
+            assert len(cand.token_ids) == 24
+            assert _repeats(prompt + cand.token_ids, k, len(prompt)) == []
+            expected = _banned_logprobs(backend, prompt, cand, temperature, k)
+            assert cand.logprobs == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(BackendError, match="no_repeat"):
+        backend.generate(prompt, max_tokens=4, no_repeat=-1)
+
+
 def test_a_bad_grammar_is_one_line(backend: TransformersBackend) -> None:
     with pytest.raises(BackendError, match="grammar") as caught:
         backend.generate(PROMPT, max_tokens=4, grammar="root ::= ")

@@ -17,6 +17,7 @@ import pytest
 
 from agents import blocks
 from agents.backends import offline
+from storage import NodeStatus
 from tests.app.test_cli import SCRIPT, _spawn
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
@@ -123,3 +124,53 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
     action = next(n for n in chosen if n.kind == blocks.ACTION)
     assert action.status in (NodeStatus.EXECUTED, NodeStatus.FAILED)
     assert "ok" in action.meta
+
+
+def test_a_block_of_copies_gets_a_round_that_may_not_repeat(
+    gemma_dir: Path, tmp_path: Path
+) -> None:
+    """Greedy and without the example, the model says the task back word for word; the
+    block then samples once more with every run of four context tokens banned, and what
+    is chosen is not a copy."""
+    from agents import ranking
+    from agents.backends.transformers_backend import TransformersBackend
+    from agents.runtime import NO_REPEAT_TOKENS, Event
+    from agents.tasks import load_task
+    from storage import Author, TraceStore
+    from tests.support.runs import make_runtime
+
+    backend = TransformersBackend(str(gemma_dir), dtype="float32")
+    events: list[Event] = []
+    try:
+        with TraceStore(tmp_path / "traces.db") as store:
+            runtime, _ = make_runtime(
+                store,
+                backend,
+                tmp_path,
+                task=load_task("csv_summary"),
+                events=events,
+                temperature=0.0,
+                candidates=1,
+                escalation=(),
+                block_tokens=64,
+                example=False,
+                approval="auto",
+            )
+
+            def stop_after_orientation(event: Event) -> None:
+                events.append(event)
+                if event.kind == "node" and event.data.get("kind") == blocks.ORIENTATION:
+                    runtime.stop()
+
+            runtime.listener = stop_after_orientation
+            session_id = runtime.run().session_id
+            nodes = store.tree(session_id)
+    finally:
+        backend.close()
+    earlier = [n.text for n in nodes if n.author is not Author.MODEL]
+    first, banned = [n for n in nodes if n.kind == blocks.ORIENTATION]
+    assert first.sampling.get("round") == 0 and first.meta.get("copy")
+    assert ranking.is_copy(first.text, earlier)
+    assert banned.sampling.get("no_repeat") == NO_REPEAT_TOKENS
+    assert banned.status is NodeStatus.CHOSEN and not banned.meta.get("copy")
+    assert not ranking.is_copy(banned.text, earlier)
