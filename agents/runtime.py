@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
 #: Tokens kept free beyond what is counted (a BPE merge across a block boundary).
 CONTEXT_MARGIN = 8
 #: Runtime-written text (tool output, tracebacks, observation views) is clipped to this
@@ -112,6 +111,8 @@ class RunOptions:
     block_tokens: int = 512
     context_tokens: int = 0
     max_ticks: int = 20
+    #: tries an action gets in a tick (a failed one: a debug block, then another)
+    attempts: int = 3
     max_session_tokens: int = 200_000
     approval: str = "ask"
     approval_threshold: float = 2.0
@@ -581,7 +582,7 @@ class Runtime:
 
     def _act(self, state: _TickState) -> None:
         attempts = 0
-        while attempts < MAX_ATTEMPTS:
+        while attempts < self.options.attempts:
             action, alternates = self._generate(blocks.ACTION, state.tick)
             expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
             chosen = self._ask(action, expectation, alternates, state.tick)
@@ -598,7 +599,7 @@ class Runtime:
             state.failed_attempts += 1
             attempts += 1
             self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
-            if attempts < MAX_ATTEMPTS:
+            if attempts < self.options.attempts:
                 self._generate(blocks.DEBUG, state.tick)
 
     def _ask(

@@ -110,6 +110,10 @@ class Settings(BaseModel):
     max_ticks: int = Field(default=20, ge=1)
     """Ticks one run may take before the session ends as truncated."""
 
+    attempts: int = Field(default=3, ge=1, le=10)
+    """Tries an action gets in a tick: after a failed one, a `debug` block and a new action,
+    until one runs or this many have failed."""
+
     max_session_tokens: int = Field(default=200_000, ge=1)
     """Generated tokens (all candidates) one run may take before it ends as truncated."""
 

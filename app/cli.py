@@ -209,6 +209,7 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--constrain", str, "on|off", "grammar-constrained code blocks (on, real models)"),
     ("--context-tokens", int, "N", "most tokens of context per prompt (0: the model's)"),
     ("--max-ticks", int, "N", "ticks before the session ends truncated (20)"),
+    ("--attempts", int, "N", "tries an action gets in a tick (3)"),
     ("--max-session-tokens", int, "N", "generated tokens before it ends truncated (200000)"),
     ("--action-timeout", float, "SECONDS", "time one sandboxed callback may run (30)"),
     ("--memory", str, "on|off", "recall other sessions' blocks into the context (on)"),

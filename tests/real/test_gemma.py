@@ -49,7 +49,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
 
 def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
     """One headless tick on the real model with the product's defaults for a CPU (fewer
-    candidates, to keep the suite short): the first tokens reach stderr within seconds,
+    candidates and one try at the action, to keep the suite short): the first tokens reach stderr within seconds,
     the session's first line says the choices, and every chosen code block parses and
     registers its callback."""
     db = tmp_path / "traces.db"
@@ -71,6 +71,8 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
         "1",
         "--candidates",
         "2",
+        "--attempts",
+        "1",
         "--memory",
         "off",
     ]
