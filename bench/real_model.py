@@ -12,7 +12,8 @@ Time it on a quiet machine: one other busy process makes two-thread torch errati
   serving the converted folder (agent-console serve).
 - quality: headless sessions of one tick on each shipped task with the product's CPU
   defaults, with and without the example tick and the grammar (4 configurations), and the
-  tests' random model for reference: per block kind, the share of chosen blocks that are
+  tests' random model for reference (`--attempts N`: tries an action gets a tick, the
+  product's 3 by default): per block kind, the share of chosen blocks that are
   valid (not empty, not cut off, not a copy; code parses and registers what its kind must),
   sessions solved, seconds per block and per tick.
 
@@ -191,7 +192,13 @@ def valid(node: Any) -> bool:
 
 
 def quality(
-    model: Path, sessions: int, ticks: int, only: list[str], tasks: list[str], random: bool
+    model: Path,
+    sessions: int,
+    ticks: int,
+    only: list[str],
+    tasks: list[str],
+    random: bool,
+    attempts: int = 3,
 ) -> dict[str, Any]:
     from agents.backends.transformers_backend import TransformersBackend
     from tests.support.tiny_model import build_tiny_model
@@ -211,7 +218,13 @@ def quality(
         for model_name, name, config in runs:
             backend = TransformersBackend(str(model if model_name == "gemma" else tiny))
             options = RunOptions.from_settings(
-                _settings(), backend, approval="auto", max_ticks=ticks, memory=False, **config
+                _settings(),
+                backend,
+                approval="auto",
+                max_ticks=ticks,
+                memory=False,
+                attempts=attempts,
+                **config,
             )
             folder = Path(tmp) / f"{model_name}-{name}"
             row = run_sessions(backend, options, sessions, tasks, folder)
@@ -235,7 +248,7 @@ def run_sessions(
     per_task: dict[str, list[bool]] = defaultdict(list)
     block_seconds: dict[str, list[float]] = defaultdict(list)
     tick_seconds: list[float] = []
-    solved = copies = 0
+    solved = copies = cut_off = no_repeat = 0
     with TraceStore(folder / "t.db") as store:
         for number in range(sessions):
             for task_name in tasks:
@@ -263,6 +276,8 @@ def run_sessions(
                     if node.author is Author.MODEL and node.status is not NodeStatus.ALTERNATE:
                         ok = valid(node)
                         copies += bool(node.meta.get("copy"))
+                        cut_off += node.truncated
+                        no_repeat += "no_repeat" in node.sampling
                         kinds[node.kind].append(ok)
                         if node.kind in (blocks.ACTION, blocks.EVALUATION):
                             per_task[f"{task_name} {node.kind}"].append(ok)
@@ -272,6 +287,8 @@ def run_sessions(
         "valid": {k: f"{sum(v)}/{len(v)}" for k, v in sorted(kinds.items())},
         "valid_by_task": {k: f"{sum(v)}/{len(v)}" for k, v in sorted(per_task.items())},
         "copies_chosen": copies,
+        "cut_off_chosen": cut_off,
+        "chosen_from_no_repeat_round": no_repeat,
         "block_s": {k: round(median(v), 1) for k, v in sorted(block_seconds.items())},
         "tick_s": round(median(tick_seconds), 1),
     }
@@ -290,6 +307,7 @@ def main() -> None:
     )
     parser.add_argument("--tasks", default=",".join(TASKS), help="shipped tasks to run")
     parser.add_argument("--no-random", action="store_true", help="skip the random model")
+    parser.add_argument("--attempts", type=int, default=3, help="tries an action gets a tick")
     args = parser.parse_args()
     model = ensure_model(print)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d")}
@@ -303,6 +321,7 @@ def main() -> None:
             args.configs.split(","),
             args.tasks.split(","),
             not args.no_random,
+            args.attempts,
         )
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=2) + "\n")
