@@ -8,16 +8,22 @@ closed on their line, and the end marker: only what the code does can still be w
 
 The grammars are deliberately narrow where a small model goes astray: no blank lines, no
 line without code, brackets that close on the line they open (one statement a line), at
-most `MAX_LINES` lines in a callback. Prose blocks (orientation, expectation, debug) are
+at most as many lines as the block's tokens leave room for (a model that loops on a line
+must reach the end marker before its token limit). Prose blocks (orientation, expectation, debug) are
 not constrained.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 from agents import blocks
 
-#: The most lines a callback's body may take under the grammar.
+#: The most lines a callback's body may take under the grammar ...
 MAX_LINES = 40
+#: ... and fewer where the block's tokens are fewer: one line for this many tokens (a
+#: line of a small model's code is 8-12 tokens; the definition and registration ~30).
+TOKENS_A_LINE = 14
 #: The most nested indentation levels inside a callback, beyond its own.
 MAX_DEPTH = 4
 
@@ -34,8 +40,10 @@ name ::= [a-z_] [a-z0-9_]{0,40}
 title ::= "\"" [^"\n\\]{1,80} "\""
 """
 
-_BODY = f"""
-body ::= line{{1,{MAX_LINES}}}
+
+def _body(lines: int) -> str:
+    return f"""
+body ::= line{{1,{lines}}}
 line ::= "    " ("    "){{0,{MAX_DEPTH}}} code "\\n"
 """
 
@@ -44,20 +52,24 @@ def _callback(method: str) -> str:
     return f'"def " name "(subagent):\\n" body "self.{method}(" title ", " name ")\\n"'
 
 
-#: Per block kind, the EBNF its body must follow, ending with the end marker.
-GRAMMARS: dict[str, str] = {
-    blocks.ACTION: f'root ::= {_callback("add_action")} "{blocks.END_MARKER}"'
-    + _BODY
-    + _LINE_RULES,
-    blocks.EVALUATION: f'root ::= ({_callback("add_evaluation")}){{1,3}} "{blocks.END_MARKER}"'
-    + _BODY
-    + _LINE_RULES,
-    # Observation views: any top-level statements (definitions, registrations, removals).
-    blocks.OBSERVATION_INFERENCE: f'root ::= top{{1,{MAX_LINES}}} "{blocks.END_MARKER}"\n'
-    'top ::= ("    "){0,' + str(MAX_DEPTH + 1) + '} code "\\n"' + _LINE_RULES,
-}
+def lines_for(block_tokens: int) -> int:
+    """The most lines of code a block of `block_tokens` tokens may have under its grammar."""
+    return max(4, min(MAX_LINES, block_tokens // TOKENS_A_LINE))
 
 
-def block_grammar(kind: str) -> str | None:
-    """The grammar a block of `kind` is sampled under, or None (unconstrained)."""
-    return GRAMMARS.get(kind)
+@cache
+def block_grammar(kind: str, block_tokens: int = 512) -> str | None:
+    """The grammar a block of `kind` is sampled under (None: unconstrained), with room for
+    as many lines as `block_tokens` allows: an action's callback all of them, each of an
+    evaluation's (one to three) a third, observation views all of them."""
+    lines = lines_for(block_tokens)
+    end = f'"{blocks.END_MARKER}"'
+    if kind == blocks.ACTION:
+        return f"root ::= {_callback('add_action')} {end}" + _body(lines) + _LINE_RULES
+    if kind == blocks.EVALUATION:
+        root = f"root ::= ({_callback('add_evaluation')}){{1,3}} {end}"
+        return root + _body(max(2, lines // 3)) + _LINE_RULES
+    if kind == blocks.OBSERVATION_INFERENCE:
+        top = f'top ::= ("    "){{0,{MAX_DEPTH + 1}}} code "\\n"'
+        return f"root ::= top{{1,{lines}}} {end}\n" + top + _LINE_RULES
+    return None

@@ -191,8 +191,15 @@ def good_enough(kind: str, scored: Sequence[Scored], threshold: float) -> bool:
 
 def pick(scored: Sequence[Scored], how: str, rng: random.Random) -> int:
     """Index of the chosen candidate: the best score (first on ties), or a softmax draw;
-    among the candidates that are not copies while there is one."""
-    pool = [i for i, s in enumerate(scored) if not s.copy] or list(range(len(scored)))
+    among the candidates that parse and are not copies while there is one, else among
+    those that are not copies, else among those that parse."""
+    everyone = list(range(len(scored)))
+    pool = (
+        [i for i in everyone if scored[i].parses and not scored[i].copy]
+        or [i for i in everyone if not scored[i].copy]
+        or [i for i in everyone if scored[i].parses]
+        or everyone
+    )
     if how == "softmax":
         top = max(scored[i].score for i in pool)
         weights = [math.exp(scored[i].score - top) for i in pool]

@@ -876,7 +876,7 @@ class Runtime:
         prefix = context + header.text()
         earlier = self._earlier_texts()
         features = self.backend.features
-        grammar = block_grammar(kind) if self.options.constrain else None
+        grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
         if "grammar" not in features:
             grammar = None
         sampled: list[tuple[Any, int]] = []

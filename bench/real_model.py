@@ -123,7 +123,7 @@ def speed(model: Path, vllm: str | None) -> dict[str, Any]:
                 stop=blocks.STOP,
                 temperature=0.75,
                 seed=run,
-                grammar=block_grammar(blocks.ACTION),
+                grammar=block_grammar(blocks.ACTION, 256),
             )
             question = ranking.QUESTIONS[blocks.ACTION]
             backend.score_yes_no(

@@ -11,7 +11,7 @@ import pytest
 
 from agents import blocks, ranking
 from agents.example import example_bodies, example_text
-from agents.grammar import GRAMMARS, block_grammar
+from agents.grammar import block_grammar, lines_for
 from agents.runtime import RunOptions, auto_defaults
 from agents.settings import load_settings
 from storage import Author, SessionStatus, TraceStore
@@ -82,7 +82,7 @@ def test_the_grammars_take_good_blocks_and_refuse_what_small_models_fall_into(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    action, evaluation = GRAMMARS[blocks.ACTION], GRAMMARS[blocks.EVALUATION]
+    action, evaluation = block_grammar(blocks.ACTION), block_grammar(blocks.EVALUATION)
     assert block_grammar(blocks.ORIENTATION) is None
     assert _matches(action, GOOD_ACTION, tokenizer)
     assert _matches(evaluation, GOOD_EVALUATION, tokenizer)
@@ -97,6 +97,16 @@ def test_the_grammars_take_good_blocks_and_refuse_what_small_models_fall_into(
     }
     for why, text in refused.items():
         assert not _matches(action, text, tokenizer), why
+    # seen on Gemma at 256 tokens: one line over and over until the block was cut off;
+    # the grammar leaves only as many lines as the block's tokens have room for
+    lines = lines_for(256)
+    assert 10 <= lines < lines_for(512)
+    looping = "def f(subagent):\n" + "    subagent.complete_text_value(subagent)\n" * (lines + 1)
+    looping += 'self.add_action("t", f)\n#endblock'
+    assert not _matches(block_grammar(blocks.ACTION, 256), looping, tokenizer)
+    assert _matches(block_grammar(blocks.ACTION, 512), looping, tokenizer)
+    fits = looping.replace("    subagent.complete_text_value(subagent)\n", "", 1)
+    assert _matches(block_grammar(blocks.ACTION, 256), fits, tokenizer)
 
 
 def test_a_copy_is_never_chosen_while_a_fresh_candidate_exists() -> None:
@@ -151,6 +161,15 @@ def test_a_copy_is_never_chosen_while_a_fresh_candidate_exists() -> None:
     assert not ranking.is_copy(fresh_check, [reminder2, *example_bodies(1)])
     assert ranking.pick(scored, "best", random.Random(0)) == 2
     assert {ranking.pick(scored, "softmax", random.Random(s)) for s in range(30)} == {2}
+    # code that parses is chosen over code that does not, whatever their scores
+    code = ranking.score_candidates(
+        "action",
+        ['def f(subagent):\n    return open("x\nself.add_action("t", f)', fresh_check],
+        [6.0, -1.0],
+        earlier,
+    )
+    assert not code[0].parses and code[1].parses
+    assert ranking.pick(code, "best", random.Random(0)) == 1
     # escalation goes on while every candidate is a copy, whatever their scores
     only_copies = scored[:2]
     assert not ranking.good_enough("orientation", only_copies, threshold=-100.0)

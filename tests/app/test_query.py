@@ -256,16 +256,21 @@ def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
         tuning = ("--block-tokens", "4000", "--candidates", "4")
 
         def ready(event: dict[str, object]) -> bool:
-            return event.get("kind") == "observation" and event.get("tick") == 1
+            # the orientation's first tokens are out: its generate call is running
+            return event.get("event") == "sampling" and event.get("block") == "orientation"
 
+        pause = 0.0
     else:
         tuning = ("--action-timeout", "600")
 
         def ready(event: dict[str, object]) -> bool:
-            return event.get("kind") == "evaluation" and event.get("status") in (
-                "executed",
-                "failed",
+            return (
+                event.get("event") == "node"
+                and event.get("kind") == "evaluation"
+                and event.get("status") in ("executed", "failed")
             )
+
+        pause = 1.0  # into the check's sleep
 
     command = _command(
         tmp_path,
@@ -285,12 +290,12 @@ def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
     events: list[dict[str, object]] = []
     for line in process.stdout:
         events.append(json.loads(line))
-        if events[-1].get("event") == "node" and ready(events[-1]):
+        if ready(events[-1]):
             break
     else:
         process.wait(60)
         pytest.fail(f"the run ended before the signal: {process.stderr.read()[-2000:]}")
-    time.sleep(1.0)  # into the generate call, or into the check's sleep
+    time.sleep(pause)
     sent = time.monotonic()
     process.send_signal(signum)
     out, err = process.communicate(timeout=120)

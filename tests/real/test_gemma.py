@@ -118,10 +118,20 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
                 "repetition" in n.score_parts for n in siblings if n.author.value == "model"
             )
         if node.kind in (blocks.ACTION, blocks.EVALUATION):
-            assert blocks.parse_error(node.text) is None, node.text
+            assert node.sampling.get("grammar") == node.kind
+            if blocks.parse_error(node.text) is not None:
+                # only when no fresh candidate parsed: under the grammar, cut off by the
+                # token limit (what bench/real_model.py counts)
+                siblings = [n for n in nodes if n.parent_id == node.parent_id]
+                assert node.truncated
+                assert all(
+                    blocks.parse_error(n.text) is not None or n.meta.get("copy")
+                    for n in siblings
+                    if n.kind == node.kind
+                )
+                continue
             method = "add_action" if node.kind == blocks.ACTION else "add_evaluation"
             assert blocks.registered_titles(node.text, method), node.text
-            assert node.sampling.get("grammar") == node.kind
     # the action ran in the sandbox (it may fail: the model is small; it must have run)
     action = next(n for n in chosen if n.kind == blocks.ACTION)
     assert action.status in (NodeStatus.EXECUTED, NodeStatus.FAILED)
