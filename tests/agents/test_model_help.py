@@ -91,7 +91,7 @@ def test_the_grammars_take_good_blocks_and_refuse_what_small_models_fall_into(
         "blank lines": body.replace("\n    return", "\n\n    return")
         + 'self.add_action("t", f)\n#endblock',
         "an open string": 'def f(subagent):\n    x = "abc\nself.add_action("t", f)\n#endblock',
-        "an open bracket": 'def f(subagent):\n    x = (1,\nself.add_action("t", f)\n#endblock',
+        "a string left open": 'def f(subagent):\n    x = ("abc,\nself.add_action("t", f)\n#endblock',
         "no registration": body + "#endblock",
         "the wrong registration": body + 'self.add_evaluation("t", f)\n#endblock',
     }
