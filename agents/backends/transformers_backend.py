@@ -115,6 +115,20 @@ def _parameter_count(torch: Any, config: Any) -> int:
         return 0
 
 
+#: Prompts to score that share at least this many first tokens encode them once.
+SHARED_PREFIX_TOKENS = 32
+
+
+def _shared_prefix(encoded: list[list[int]]) -> int:
+    """How many first tokens every prompt shares, leaving each at least one of its own."""
+    shortest = min(len(ids) for ids in encoded)
+    first = encoded[0]
+    shared = 0
+    while shared < shortest - 1 and all(ids[shared] == first[shared] for ids in encoded):
+        shared += 1
+    return shared
+
+
 def _looks_like_path(model: str) -> bool:
     """A hub id is `name` or `owner/name`; anything else the user typed is a path."""
     return (
@@ -762,6 +776,22 @@ class TransformersBackend(Backend):
 
         import torch
 
+        with self._lock, torch.inference_mode(), self._adapter_scope():
+            model = self._live_model()
+            shared = _shared_prefix(encoded)
+            if len(encoded) > 1 and shared >= SHARED_PREFIX_TOKENS:
+                logits = self._last_logits_after_prefix(model, encoded, shared)
+            else:
+                logits = self._last_logits(model, encoded)
+            logprobs = logits.float().log_softmax(dim=-1)
+            yes = logprobs[:, yes_ids].tolist()
+            no = logprobs[:, no_ids].tolist()
+        return [log_odds(y, q) for y, q in zip(yes, no, strict=True)]
+
+    def _last_logits(self, model: Any, encoded: list[list[int]]) -> Any:
+        """The next-token logits after each prompt, in one padded batch."""
+        import torch
+
         # Left padding puts every prompt's last token in the last column; positions count
         # from each prompt's first real token, so a padded row computes what it would alone.
         width = max(len(ids) for ids in encoded)
@@ -771,18 +801,46 @@ class TransformersBackend(Backend):
         )
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self._lock, torch.inference_mode(), self._adapter_scope():
-            out = self._live_model()(
-                input_ids=input_ids.to(self._device),
-                attention_mask=mask.to(self._device),
-                position_ids=positions.to(self._device),
-                logits_to_keep=1,
-                use_cache=False,
-            )
-            logprobs = out.logits[:, -1, :].float().log_softmax(dim=-1)
-            yes = logprobs[:, yes_ids].tolist()
-            no = logprobs[:, no_ids].tolist()
-        return [log_odds(y, q) for y, q in zip(yes, no, strict=True)]
+        out = model(
+            input_ids=input_ids.to(self._device),
+            attention_mask=mask.to(self._device),
+            position_ids=positions.to(self._device),
+            logits_to_keep=1,
+            use_cache=False,
+        )
+        return out.logits[:, -1, :]
+
+    def _last_logits_after_prefix(self, model: Any, encoded: list[list[int]], shared: int) -> Any:
+        """The same logits when the prompts share their first `shared` tokens (the
+        evaluator's questions about the candidates of one block): the prefix is encoded
+        once and its cache repeated; the rest of each prompt follows, right-padded (a
+        causal model's real tokens never see the padding after them)."""
+        import torch
+
+        out = model(
+            input_ids=torch.tensor([encoded[0][:shared]], dtype=torch.long, device=self._device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(len(encoded))
+        rests = [ids[shared:] for ids in encoded]
+        width = max(len(rest) for rest in rests)
+        pad = int(self._tokenizer.pad_token_id)
+        input_ids = torch.tensor(
+            [rest + [pad] * (width - len(rest)) for rest in rests], dtype=torch.long
+        )
+        ends = sorted({len(rest) - 1 for rest in rests})
+        out = model(
+            input_ids=input_ids.to(self._device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=torch.tensor(ends, device=self._device),
+        )
+        column = {end: i for i, end in enumerate(ends)}
+        rows = torch.arange(len(rests), device=self._device)
+        picks = torch.tensor([column[len(rest) - 1] for rest in rests], device=self._device)
+        return out.logits[rows, picks, :]
 
     # ---- adapters --------------------------------------------------------------------
 

@@ -300,6 +300,32 @@ def test_a_bad_grammar_is_one_line(backend: TransformersBackend) -> None:
     assert "\n" not in str(caught.value)
 
 
+# ---- scoring ------------------------------------------------------------------------------
+
+
+def _questions(context: str) -> list[str]:
+    """The evaluator's prompts for four candidates of one block: a long shared context,
+    then each candidate (of different lengths) and the question."""
+    bodies = ["x = 1", "def f(subagent):\n    return subagent.read_file('a.txt')", "", "y"]
+    return [f"{context}{body}\n#q: Is this block right? (yes or no)\n" for body in bodies]
+
+
+def test_scores_after_a_shared_prefix_equal_each_prompt_alone(
+    backend: TransformersBackend,
+) -> None:
+    from agents.backends import transformers_backend as tb
+
+    prompts = _questions(PROMPT * 8)
+    encoded = [backend._prompt_ids(p) for p in prompts]
+    assert tb._shared_prefix(encoded) >= tb.SHARED_PREFIX_TOKENS  # the shared path runs
+    together = backend.score_yes_no(prompts)
+    alone = [backend.score_yes_no([p])[0] for p in prompts]
+    assert together == pytest.approx(alone, abs=1e-4)
+    assert len(set(together)) == len(prompts)
+    # a prompt that is all prefix still has a token of its own to read the answer after
+    assert tb._shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == 2
+
+
 # ---- dtype --------------------------------------------------------------------------------
 
 
@@ -359,3 +385,17 @@ def test_gemma_one_prefill_logprobs_match_a_full_forward(gemma: TransformersBack
     for cand in cands:
         expected = full_forward_logprobs(gemma, prompt, cand, 0.8)
         assert cand.logprobs == pytest.approx(expected, abs=2e-3)
+
+
+def test_gemma_scores_after_a_shared_prefix_equal_each_prompt_alone(
+    gemma: TransformersBackend,
+) -> None:
+    """Past the sliding window too: the shared cache, repeated, then right-padded rests."""
+    context = "".join(
+        f"#startblock type: observation\n# x_{i} = {i * i}\n#endblock\n" for i in range(40)
+    )
+    prompts = _questions(context)
+    assert len(gemma._prompt_ids(prompts[0])) > 600
+    together = gemma.score_yes_no(prompts)
+    alone = [gemma.score_yes_no([p])[0] for p in prompts]
+    assert together == pytest.approx(alone, abs=2e-3)
