@@ -92,7 +92,7 @@ class Settings(BaseModel):
 
     constrain: bool | None = None
     """Structured decoding: sample action, evaluation and observation-view blocks under a
-    grammar of their shape (a callback, its registration, strings and brackets closed, the
+    grammar of their shape (a callback, its registration, strings closed on their line, the
     end marker), where the backend supports it (in process, with xgrammar). Unset: on for a
     real model."""
 
