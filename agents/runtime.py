@@ -73,8 +73,8 @@ REMINDER_CHARS = 600
 #: it whole): a pasted megabyte must not end the session.
 OPERATOR_CONTEXT_CHARS = 8000
 #: A block whose candidates all repeat earlier blocks gets one more round in which no
-#: run of this many tokens of its context may be generated again (about 30 characters,
-#: a little more than the copy detector's window).
+#: run of this many tokens of its context may be generated again (with 8, Gemma said the
+#: task back reflowed, a word changed every few: still a copy).
 NO_REPEAT_TOKENS = 4
 #: Seconds a tick may spend embedding new blocks into the memory (the rest waits).
 MEMORY_SYNC_SECONDS = 5.0
@@ -895,7 +895,7 @@ class Runtime:
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
                 grammar=grammar,
                 on_token=stream.piece if "stream" in features else None,
-                **({"no_repeat": no_repeat} if no_repeat else {}),
+                no_repeat=no_repeat,
             )
             stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)
