@@ -259,8 +259,11 @@ class Runtime:
         asker: Asker | None = None,
         resume: int | None = None,
         memory: Memory | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        #: the headers' timestamps (tests pin it: a header's digits are tokens the model reads)
+        self.clock = clock
         #: the retrieval memory (None: off, or it could not load); see `_recall`
         self.memory = memory
         self.backend = backend
@@ -1012,7 +1015,7 @@ class Runtime:
         return len(self.backend.tokenize(text))
 
     def _header(self, kind: str, tick: int, title: str | None = None) -> Header:
-        return Header(kind, index=len(self.path), tick=tick, timestamp=time.time(), title=title)
+        return Header(kind, index=len(self.path), tick=tick, timestamp=self.clock(), title=title)
 
     def _checkpoint(self) -> None:
         """Between blocks: honour stop and pause."""

@@ -36,6 +36,7 @@ def make_runtime(
     answers: list[Callable[[ApprovalRequest], Decision]] | None = None,
     task: Task = TASK,
     events: list[Event] | None = None,
+    clock: Callable[[], float] | None = None,
     **opts: object,
 ) -> tuple[Runtime, list[ApprovalRequest]]:
     asked: list[ApprovalRequest] = []
@@ -53,5 +54,6 @@ def make_runtime(
         sessions_dir=tmp_path / "sessions",
         listener=events.append if events is not None else None,
         asker=asker if answers is not None else None,
+        **({"clock": clock} if clock is not None else {}),
     )
     return runtime, asked

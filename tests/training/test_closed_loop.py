@@ -11,8 +11,9 @@ after are printed and listed in the README.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,20 @@ FIX = """def fix(subagent):
 self.add_action("Fix the off-by-one in ngrams", fix)"""
 
 TEACH = 4  # sessions the operator corrects
-TRIES = 5  # sessions the agent runs alone, before and after
-#: Solved alone after training, at least. Measured over 32 sessions after four trainings:
-#: 29 solved (about 0.9 each). A miss is a whole session of garbage: the tiny model is
-#: thrown by the header's timestamp tokens, which differ every run. With three teaching
-#: sessions it was about 0.75, and "2 of 3" failed in CI with 1 of 3.
+TRIES = 8  # sessions the agent runs alone, before and after
+#: Solved alone after training, at least. Measured after one training, 30 sessions: 19
+#: solved (about 0.63 each; "2 of 8" then fails about 1 run in 200). A miss is mostly the
+#: tiny evaluator scoring a near-copy of the fix (a wrong path) a hair above the fix. With
+#: the wall clock in the headers the rate swung from 1 to 4 of 5 with the hour the test ran
+#: (the timestamp's digits are tokens the tiny model reads), and "2 of 5" failed in CI.
 SOLVED_AFTER = 2
+
+
+def steady_clock() -> Callable[[], float]:
+    """The headers' timestamps: the same in every session, 7 s apart."""
+    ticks = itertools.count()
+    return lambda: 1_740_912_854.0 + 7 * next(ticks)
+
 
 RUN = {
     "candidates": 4,
@@ -72,7 +81,9 @@ def solved(store: TraceStore, session_id: int) -> bool:
 def alone(
     store: TraceStore, backend: TransformersBackend, task: Task, work: Path, seed: int
 ) -> bool:
-    runtime, _ = make_runtime(store, backend, work, task=task, approval="auto", seed=seed, **RUN)
+    runtime, _ = make_runtime(
+        store, backend, work, task=task, approval="auto", seed=seed, clock=steady_clock(), **RUN
+    )
     return solved(store, runtime.run().session_id)
 
 
@@ -92,6 +103,7 @@ def test_operator_edits_train_an_adapter_that_solves_the_task(
             task=task,
             approval="ask",
             seed=i,
+            clock=steady_clock(),
             **RUN,
         )
         outcome = runtime.run()
