@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.families import parse_seeds
 from agents.runtime import Event, RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
@@ -54,7 +55,10 @@ log = logging.getLogger(__name__)
 
 #: What a line of the tasks file may hold.
 SPEC_KEYS = {
-    "task": "a shipped task's name, or a task file (.toml or .py; relative to the tasks file)",
+    "task": "a shipped task's name, family:NAME:SEED, or a task file (.toml or .py; relative "
+    "to the tasks file)",
+    "family": 'a task family: one task per seed of "seeds"',
+    "seeds": 'the family\'s seeds, such as "0-29" or "3,5,8"',
     "prompt": "the task as free text",
     "id": "your name for the task (shown in the results)",
     "message": "a first message from the operator",
@@ -107,7 +111,7 @@ def read_tasks(path: str | Path) -> tuple[list[dict[str, Any]], str]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{source} line {number}"
-        specs.append(_spec(line, where, source.parent))
+        specs.extend(_specs(line, where, source.parent))
     if not specs:
         raise TasksFileError(
             f"{source}: no tasks (one JSON object per line, e.g. "
@@ -116,13 +120,31 @@ def read_tasks(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     return specs, hashlib.sha256(data).hexdigest()
 
 
-def _spec(line: str, where: str, folder: Path) -> dict[str, Any]:
+def _specs(line: str, where: str, folder: Path) -> list[dict[str, Any]]:
+    """The specs of one line: one, or one per seed of a family line."""
     try:
         spec = json.loads(line)
     except json.JSONDecodeError as exc:
         raise TasksFileError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(spec, dict):
         raise TasksFileError(f'{where}: expected an object such as {{"task": "vigenere"}}')
+    if "family" not in spec and "seeds" not in spec:
+        return [_spec(spec, where, folder)]
+    family, seeds = spec.pop("family", None), spec.pop("seeds", None)
+    if not isinstance(family, str) or not isinstance(seeds, str | int) or isinstance(seeds, bool):
+        raise TasksFileError(
+            f'{where}: a family line needs "family" (a name) and "seeds" (such as "0-29")'
+        )
+    if "task" in spec or "prompt" in spec or "id" in spec:
+        raise TasksFileError(f'{where}: a family line names no "task", "prompt" or "id"')
+    try:
+        numbers = parse_seeds(str(seeds))
+    except ValueError as exc:
+        raise TasksFileError(f"{where}: {exc}") from None
+    return [_spec({**spec, "task": f"family:{family}:{seed}"}, where, folder) for seed in numbers]
+
+
+def _spec(spec: dict[str, Any], where: str, folder: Path) -> dict[str, Any]:
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         known = ", ".join(SPEC_KEYS)
@@ -136,6 +158,11 @@ def _spec(line: str, where: str, folder: Path) -> dict[str, Any]:
     if ticks is not None and (not isinstance(ticks, int) or isinstance(ticks, bool) or ticks < 1):
         raise TasksFileError(f'{where}: "max_ticks" must be a whole number from 1')
     ref = spec.get("task")
+    if ref is not None and ref.startswith("family:") and ref.count(":") < 2:
+        raise TasksFileError(
+            f'{where}: name the variant ("{ref}:7") or give a family line '
+            '({"family": NAME, "seeds": "0-29"}): a batch runs the same tasks on a resume'
+        )
     if ref is not None and ("/" in ref or "\\" in ref or ref.endswith(TASK_SUFFIXES)):
         # a task file: relative to the tasks file, made absolute for workers and resumes
         given = Path(ref).expanduser()
@@ -158,7 +185,8 @@ def spec_name(spec: Mapping[str, Any]) -> str:
     if spec.get("id"):
         return str(spec["id"])
     if "task" in spec:
-        return Path(str(spec["task"])).stem
+        ref = str(spec["task"])
+        return ref.removeprefix("family:") if ref.startswith("family:") else Path(ref).stem
     prompt = " ".join(str(spec.get("prompt", "")).split())
     return prompt if len(prompt) <= 40 else prompt[:39] + "…"
 

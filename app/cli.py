@@ -168,8 +168,10 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     session.add_argument(
         "--task",
         metavar="NAME|FILE",
-        help="a shipped task's name (vigenere, fix_failing_test, csv_summary) or a task file "
-        "(.toml or .py); without --query the console starts it once the model is loaded",
+        help="a shipped task's name (vigenere, fix_failing_test, csv_summary), a variant of a "
+        "task family (family:NAME:SEED, or family:NAME for one at random; families: fix_bug, "
+        "compute, transform, text_edit), or a task file (.toml or .py); without --query the "
+        "console starts it once the model is loaded",
     )
     session.add_argument(
         "--resume", type=int, metavar="ID", help="continue stored session ID from its tree"

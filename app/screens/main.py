@@ -338,9 +338,11 @@ class MainScreen(Screen[None]):
     # -- live sessions ---------------------------------------------------------------------
 
     def task_names(self) -> list[str]:
+        """The shipped tasks, and each task family (a variant at random)."""
+        from agents.families import FAMILY_PREFIX, family_names
         from agents.tasks import builtin_names
 
-        return builtin_names()
+        return [*builtin_names(), *(f"{FAMILY_PREFIX}{name}" for name in family_names())]
 
     def action_new_task(self, name: str) -> None:
         from agents.tasks import TaskError, load_task

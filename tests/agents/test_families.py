@@ -1,0 +1,114 @@
+"""Task families: every variant is deterministic, solvable by its operator's blocks in the
+real sandbox and unsolved as given; the split keeps teaching and held-out apart; the CLI
+and batch files name variants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.batch import TasksFileError, read_tasks
+from agents.families import FAMILIES, VARIANTS, parse_seeds, split, variant
+from agents.sandbox import Kernel
+from agents.tasks import TaskError, load_task, seed_workdir
+
+
+def test_a_seed_always_makes_the_same_variant_and_seeds_differ_in_substance() -> None:
+    for family in FAMILIES:
+        assert variant(family, 7) == variant(family, 7)
+        subjects = {
+            (v.task.prompt, tuple(sorted(v.task.files.items())))
+            for v in (variant(family, seed) for seed in range(VARIANTS))
+        }
+        assert len(subjects) >= 30, family
+        # other names and other work, not only other numbers
+        titles = {variant(family, seed).task.title for seed in range(VARIANTS)}
+        assert len(titles) >= 8, family
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_variant_is_solved_by_its_operators_blocks_and_not_before(
+    family: str, tmp_path: Path
+) -> None:
+    for seed in range(VARIANTS):
+        found = variant(family, seed)
+        work = tmp_path / str(seed)
+        seed_workdir(found.task, work)
+        with Kernel(work) as kernel:
+            assert kernel.exec_block(found.task.checks, name="checks").ok
+            before = [kernel.call_evaluation(n) for n in found.task.check_names]
+            assert all(r.ok for r in before)
+            assert not all(r.value is True for r in before), (family, seed)
+            defined = kernel.exec_block(found.action, name="action")
+            assert defined.ok, (family, seed, defined.error)
+            ran = kernel.call_action(defined.registered["action"][-1])
+            assert ran.ok, (family, seed, ran.error)
+            evaluation = kernel.exec_block(found.evaluation, name="evaluation")
+            own = kernel.call_evaluation(evaluation.registered["evaluation"][-1])
+            assert own.ok and own.value is True, (family, seed, own.error)
+            after = [kernel.call_evaluation(n) for n in found.task.check_names]
+            assert all(r.ok and r.value is True for r in after), (family, seed, after)
+        # the orientation names the variant's own files
+        assert all(path in found.orientation for path in found.task.files if "__init__" not in path)
+
+
+def test_the_split_is_fixed_disjoint_and_covers_every_seed() -> None:
+    for family in FAMILIES:
+        teach, held_out = split(family)
+        assert (teach, held_out) == split(family)
+        assert not set(teach) & set(held_out)
+        assert sorted(teach + held_out) == list(range(VARIANTS))
+        assert len(held_out) >= 30
+    assert split("compute") != split("transform")
+
+
+def test_family_tasks_load_by_name_and_bad_names_say_what_is_wrong() -> None:
+    task = load_task("family:compute:3")
+    assert task == variant("compute", 3).task
+    assert task.name == "compute:3" and task.check_names
+    assert load_task("family:transform").name.startswith("transform:")
+    for ref, said in (
+        ("family:nope:1", "no such task family"),
+        ("family:compute:x", "seed must be a whole number"),
+        ("family:compute:-1", "0 or more"),
+        ("family:compute:1:2", "family:NAME:SEED"),
+    ):
+        with pytest.raises(TaskError, match=said):
+            load_task(ref)
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
+    assert parse_seeds("5") == [5]
+    for bad in ("a", "3-1", "1-", "0-99999"):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+
+
+def test_a_batch_line_names_a_family_and_a_range(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    lines = [
+        {"family": "compute", "seeds": "0-2", "max_ticks": 2},
+        {"task": "family:fix_bug:5"},
+    ]
+    tasks.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    specs, _ = read_tasks(tasks)
+    assert [s["task"] for s in specs] == [
+        "family:compute:0",
+        "family:compute:1",
+        "family:compute:2",
+        "family:fix_bug:5",
+    ]
+    assert specs[0]["max_ticks"] == 2
+    for bad, said in (
+        ({"family": "compute"}, "needs"),
+        ({"family": "compute", "seeds": "2-1"}, "ends before"),
+        ({"family": "nope", "seeds": "1"}, "no such task family"),
+        ({"family": "compute", "seeds": "1", "task": "vigenere"}, "names no"),
+        ({"task": "family:compute"}, "name the variant"),
+    ):
+        tasks.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(TasksFileError, match=said):
+            read_tasks(tasks)
