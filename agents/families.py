@@ -41,6 +41,8 @@ class Variant:
     """An action block that solves the variant."""
     evaluation: str
     """An evaluation block that checks the action's result."""
+    targets: tuple[str, ...]
+    """The files the task is about (inputs and output): a good orientation names them."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ def check_tests_pass(subagent):
         ),
         "action": action,
         "evaluation": evaluation,
+        "targets": (path, test_path),
     }  # fmt: skip
 
 
@@ -316,6 +319,7 @@ def check_answer_is_right(subagent):
         ),
         "action": action,
         "evaluation": evaluation,
+        "targets": (data, answer),
     }
 
 
@@ -439,6 +443,7 @@ def check_output_is_right(subagent):
         ),
         "action": action,
         "evaluation": evaluation,
+        "targets": (source, out),
     }
 
 
@@ -529,6 +534,7 @@ def check_file_is_right(subagent):
         ),
         "action": action,
         "evaluation": evaluation,
+        "targets": (path,),
     }
 
 
@@ -566,7 +572,13 @@ def variant(family: str, seed: int) -> Variant:
         source=source,
     )
     return Variant(
-        family, seed, task, str(made["orientation"]), str(made["action"]), str(made["evaluation"])
+        family,
+        seed,
+        task,
+        str(made["orientation"]),
+        str(made["action"]),
+        str(made["evaluation"]),
+        tuple(made["targets"]),  # type: ignore[arg-type]
     )
 
 

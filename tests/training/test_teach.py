@@ -1,0 +1,81 @@
+"""The scripted operator on the tiny model: teaching sessions go through the runtime's
+approval gate and the store's labels, and become SFT examples and DPO pairs that hold the
+variant's own blocks; a held-out variant is never taught."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.families import Variant, split, variant
+from agents.runtime import Outcome, Runtime
+from storage import Author, LabelValue, NodeStatus, TraceStore, Verdict
+from tests.support.runs import options
+from training.datasets import iter_rows
+from training.teach import (
+    HeldOutError,
+    ScriptedOperator,
+    same_code,
+    teach_sessions,
+)
+
+
+def test_same_code_ignores_formatting_and_comments() -> None:
+    assert same_code("x = 1\n# note\ny = [1,2]", "x = 1\ny = [1, 2]\n")
+    assert not same_code("x = 1", "x = 2")
+    assert not same_code("x = (", "x = 1")
+
+
+def test_teaching_sessions_store_the_operators_work(tmp_path: Path, backend: object) -> None:
+    store = TraceStore(tmp_path / "traces.db")
+    taught = [variant("compute", seed) for seed in split("compute")[0][:2]]
+
+    def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
+        return Runtime(
+            store,
+            backend,  # type: ignore[arg-type]
+            v.task,
+            options(block_tokens=48, escalation=(), attempts=2),
+            sessions_dir=tmp_path / "sessions",
+            asker=operator,
+        )
+
+    def solved(outcome: Outcome) -> bool:
+        tree = store.tree(outcome.session_id)
+        return any(n.kind == "outcome" and n.meta.get("task_passed") for n in tree)
+
+    tally = teach_sessions(taught, runtime_for, solved, reject_every=2)
+    assert len(tally.sessions) == 2
+    # the tiny model's actions are garbage: the first is rejected with a reason, the rest
+    # rewritten to the variant's fix, which solves the task
+    assert tally.rejected == 1 and tally.edited == 2 and tally.approved == 0
+    for session_id, v in zip(tally.sessions, taught, strict=True):
+        tree = store.tree(session_id)
+        verdicts = [d.verdict for d in store.decisions_for(n.id for n in tree)]
+        assert Verdict.EDIT in verdicts
+        edits = [n for n in tree if n.author is Author.OPERATOR]
+        assert {n.kind for n in edits} >= {"action", "orientation"}
+        assert any(n.text == v.orientation for n in edits)
+        # the rewritten orientation's original is marked, and the session was solved
+        assert any(n.kind == "orientation" and n.status is NodeStatus.EDITED for n in tree)
+        assert solved(Outcome(session_id, store.get_session(session_id).status, ""))
+        assert any(
+            lab.value is LabelValue.GOOD for lab in store.session_labels(session_id).values()
+        )
+    assert tally.actions == 1 + 2 + tally.rewritten + tally.labelled
+
+    sft = list(iter_rows(store, "sft"))
+    texts = {row["completion"] for row in sft}
+    for v in taught:
+        assert any(v.action in text for text in texts)
+        assert any(v.orientation in text for text in texts)
+    dpo = list(iter_rows(store, "dpo"))
+    assert any(taught[0].orientation in row["chosen"] for row in dpo)
+    store.close()
+
+
+def test_a_held_out_variant_is_never_taught() -> None:
+    held_out = variant("fix_bug", split("fix_bug")[1][0])
+    with pytest.raises(HeldOutError, match="held-out"):
+        teach_sessions([held_out], lambda v, o: pytest.fail("ran"), lambda o: True)

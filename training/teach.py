@@ -1,0 +1,187 @@
+"""The scripted operator: teaching sessions on task-family variants, given as an operator
+gives them in the console, through the same code paths.
+
+In a session the operator answers the runtime's approval gate (`ScriptedOperator` is the
+session's asker): it approves an action that is the variant's own fix, rejects a wrong one
+with a reason the first time when asked to, and otherwise rewrites it to the fix. After the
+session it reviews the chosen blocks the gate never asks about, as the label screen does:
+an orientation that names the task's files and goal is labelled good, one that does not is
+rewritten (`rewrite`); an evaluation that ran is labelled good, a failed one rewritten; a
+session the task's checks passed gets a good path label on its outcome. Every one of those
+is an operator action and is counted (`Tally`).
+
+What is taught comes from the variant's own blocks (`agents.families.Variant`), so a
+teaching script never sees a held-out variant unless it is handed one, and
+`teach_sessions` refuses those (`HeldOutError`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agents.approval import ApprovalRequest, Decision
+from agents.blocks import registered_titles
+from agents.families import Variant, split
+from storage import Author, LabelScope, LabelValue, NewNode, Node, NodeStatus
+
+if TYPE_CHECKING:
+    from agents.runtime import Outcome, Runtime
+    from storage import TraceStore
+
+
+class HeldOutError(ValueError):
+    """A teaching script was handed a held-out variant."""
+
+
+@dataclass
+class Tally:
+    """The operator's actions, by kind."""
+
+    approved: int = 0
+    rejected: int = 0
+    edited: int = 0
+    rewritten: int = 0
+    labelled: int = 0
+    sessions: list[int] = field(default_factory=list)
+
+    @property
+    def actions(self) -> int:
+        return self.approved + self.rejected + self.edited + self.rewritten + self.labelled
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "sessions": len(self.sessions),
+            "approved": self.approved,
+            "rejected": self.rejected,
+            "edited": self.edited,
+            "rewritten": self.rewritten,
+            "labelled": self.labelled,
+            "actions": self.actions,
+        }
+
+
+def same_code(a: str, b: str) -> bool:
+    """Whether two blocks are the same program (formatting and comments aside)."""
+    try:
+        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return a.strip() == b.strip()
+
+
+def names_the_task(text: str, variant: Variant) -> bool:
+    """Whether an orientation names every file the variant is about (inputs and output)."""
+    return all(name in text for name in variant.targets)
+
+
+def rewrite(store: TraceStore, node: Node, text: str) -> Node:
+    """The operator's text for a stored block, after the fact: a sibling written after the
+    same prompt (an SFT example, and preferred to the original in a DPO pair); the original
+    is marked rewritten, so a bad label on it does not throw away what followed it."""
+    meta = {k: v for k, v in node.meta.items() if k in ("index", "timestamp", "q", "collapsed")}
+    written = store.add_node(
+        node.session_id,
+        NewNode(
+            kind=node.kind,
+            text=text,
+            tick=node.tick,
+            parent_id=node.parent_id,
+            author=Author.OPERATOR,
+            status=NodeStatus.APPROVED,
+            edited_from_id=node.id,
+            prompt_hash=node.prompt_hash,
+            meta=meta,
+        ),
+    )
+    store.set_node_status(node.id, NodeStatus.EDITED)
+    return written
+
+
+class ScriptedOperator:
+    """The operator of one teaching session of `variant` (use it as the runtime's asker)."""
+
+    def __init__(self, variant: Variant, tally: Tally, *, reject_first: bool = False) -> None:
+        self.variant = variant
+        self.tally = tally
+        self.reject_first = reject_first
+
+    def __call__(self, request: ApprovalRequest) -> None:
+        request.future.set_result(self.decide(request.action.text))
+
+    def decide(self, proposed: str) -> Decision:
+        if same_code(proposed, self.variant.action):
+            self.tally.approved += 1
+            return Decision.approve()
+        if self.reject_first:
+            self.reject_first = False
+            self.tally.rejected += 1
+            return Decision.reject(
+                f"This does not do the task. {self.variant.task.prompt.split('. ')[-2]}."
+            )
+        self.tally.edited += 1
+        return Decision.edit(self.variant.action)
+
+    def review(self, store: TraceStore, session_id: int, solved: bool) -> None:
+        """Label or rewrite the blocks the gate did not ask about."""
+        tree = store.tree(session_id)
+        chosen = [n for n in tree if n.author is Author.MODEL]
+        for node in chosen:
+            if node.kind == "orientation" and node.status is NodeStatus.CHOSEN:
+                if names_the_task(node.text, self.variant):
+                    self._label(store, node, LabelValue.GOOD)
+                else:
+                    self._rewrite(store, node, self.variant.orientation)
+            elif node.kind == "evaluation" and node.status in (
+                NodeStatus.EXECUTED,
+                NodeStatus.FAILED,
+            ):
+                if node.status is NodeStatus.EXECUTED and registered_titles(
+                    node.text, "add_evaluation"
+                ):
+                    self._label(store, node, LabelValue.GOOD)
+                else:
+                    self._rewrite(store, node, self.variant.evaluation)
+        outcomes = [n for n in tree if n.kind == "outcome"]
+        if solved and outcomes:
+            store.add_label(outcomes[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
+            self.tally.labelled += 1
+
+    def _label(self, store: TraceStore, node: Node, value: LabelValue) -> None:
+        store.add_label(node.id, value)
+        self.tally.labelled += 1
+
+    def _rewrite(self, store: TraceStore, node: Node, text: str) -> None:
+        rewrite(store, node, text)
+        self.tally.rewritten += 1
+
+
+def check_teaching(variants: Iterable[Variant]) -> list[Variant]:
+    """The variants, refused if any is held out (the split of `agents.families`)."""
+    chosen = list(variants)
+    for v in chosen:
+        if v.seed in split(v.family)[1]:
+            raise HeldOutError(f"{v.family}:{v.seed} is a held-out variant: it is never taught")
+    return chosen
+
+
+def teach_sessions(
+    variants: Iterable[Variant],
+    make_runtime: Callable[[Variant, ScriptedOperator], Runtime],
+    solved: Callable[[Outcome], bool],
+    *,
+    reject_every: int = 4,
+) -> Tally:
+    """Run one teaching session per variant (never a held-out one): `make_runtime` builds
+    the session's runtime with the operator as its asker; `solved` reads its outcome."""
+    tally = Tally()
+    for i, v in enumerate(check_teaching(variants)):
+        operator = ScriptedOperator(
+            v, tally, reject_first=reject_every > 0 and i % reject_every == 0
+        )
+        runtime = make_runtime(v, operator)
+        outcome = runtime.run()
+        tally.sessions.append(outcome.session_id)
+        operator.review(runtime.store, outcome.session_id, solved(outcome))
+    return tally
