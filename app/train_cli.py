@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agents.settings import Settings
     from storage import Adapter, Job, TraceStore
 
-TRAIN_COMMANDS = ("sft", "dpo", "status", "cancel", "resume", "logs")
+TRAIN_COMMANDS = ("sft", "dpo", "kto", "status", "cancel", "resume", "logs")
 
 
 def fail(message: str, code: int) -> int:
@@ -41,11 +41,15 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "trains a LoRA adapter on the labels' SFT examples or DPO pairs and registers it "
         "(`agent-console adapters`; use it with --adapter NAME).",
     )
-    jobs = train.add_subparsers(dest="train_command", metavar="{sft,dpo,status,cancel,resume,logs}")
+    jobs = train.add_subparsers(
+        dest="train_command", metavar="{sft,dpo,kto,status,cancel,resume,logs}"
+    )
     for kind, what in (
         ("sft", "supervised fine-tuning on good, approved and operator-edited blocks"),
         ("dpo", "preference tuning on pairs: good over bad, approved over rejected, edits "
          "over originals, picked alternates over the ones they replaced"),
+        ("kto", "unpaired good and bad blocks (KTO): good, approved and edited blocks are "
+         "desirable; bad, rejected and rewritten ones undesirable, sibling or not"),
     ):  # fmt: skip
         job = jobs.add_parser(
             kind,
@@ -140,7 +144,7 @@ def run_train(args: argparse.Namespace, settings: Settings) -> int:
     command = args.train_command
     if command is None:
         return fail(
-            "train needs a command: sft, dpo, status, cancel, resume or logs", exit_codes.USAGE
+            "train needs a command: sft, dpo, kto, status, cancel, resume or logs", exit_codes.USAGE
         )
     try:
         store = TraceStore(settings.database())
@@ -148,7 +152,7 @@ def run_train(args: argparse.Namespace, settings: Settings) -> int:
         return fail(str(exc), exit_codes.STORE)
     with store:
         try:
-            if command in ("sft", "dpo"):
+            if command in ("sft", "dpo", "kto"):
                 return queue(store, args, settings)
             from training.jobs import reap_dead_jobs
 
@@ -222,7 +226,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
     except BackendError as exc:  # the offline model could not be prepared
         return fail(str(exc), exit_codes.MODEL)
     rows = job.config.get("rows_at_queue")
-    noun = "examples" if options.kind is JobKind.SFT else "pairs"
+    noun = "pairs" if options.kind is JobKind.DPO else "examples"
     print(f"job {job.id} queued: {job.kind.value} on {rows} {noun} -> adapter {job.name!r}")
     if not args.follow:
         print(

@@ -71,6 +71,7 @@ class EvaluationKind(StrEnum):
 class JobKind(StrEnum):
     SFT = "sft"
     DPO = "dpo"
+    KTO = "kto"
 
 
 class JobStatus(StrEnum):

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 class DatasetKind(StrEnum):
     SFT = "sft"
     DPO = "dpo"
+    KTO = "kto"
     TOKENS = "tokens"
 
 
@@ -75,6 +76,7 @@ class BuildReport:
         noun = {
             DatasetKind.SFT: "SFT examples",
             DatasetKind.DPO: "DPO pairs",
+            DatasetKind.KTO: "KTO examples",
             DatasetKind.TOKENS: "token-exact samples",
         }[self.kind]
         line = f"{self.rows} {noun} from {self.sessions} session(s)"
@@ -238,6 +240,8 @@ def iter_rows(
             yield from _session_sft(store, evidence, session_id, since, chat, report)
         elif kind is DatasetKind.DPO:
             yield from _session_dpo(store, evidence, session_id, since, chat, report)
+        elif kind is DatasetKind.KTO:
+            yield from _session_kto(store, evidence, session_id, since, chat, report)
         else:
             assert tokenize is not None
             yield from _session_tokens(store, evidence, session_id, since, tokenize, report)
@@ -308,6 +312,22 @@ def _session_dpo(
         report.rows += 1
         report.unchecked += not (chosen_checked and rejected_checked)
         yield _dpo_row(prompt, chosen, rejected, pair, chat)
+
+
+def _session_kto(
+    store: TraceStore,
+    evidence: SessionEvidence,
+    session_id: int,
+    since: float | None,
+    chat: bool,
+    report: BuildReport,
+) -> Iterator[dict[str, Any]]:
+    examples = dict(evidence.kto_examples(since=since))
+    if not examples:
+        return
+    view = _SessionView(store, evidence, list(examples), tokens=False)
+    for node, prompt in _prompted(view, sorted(examples), session_id, report):
+        yield {**_sft_row(prompt, node, chat), "label": examples[node.id]}
 
 
 def _session_tokens(

@@ -67,7 +67,7 @@ FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED
 RESUMABLE = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
 
 #: Default learning rates for LoRA: SFT takes a large step; DPO moves gently off the base.
-DEFAULT_LR = {JobKind.SFT: 2e-4, JobKind.DPO: 5e-5}
+DEFAULT_LR = {JobKind.SFT: 2e-4, JobKind.DPO: 5e-5, JobKind.KTO: 5e-5}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -225,6 +225,11 @@ def needed_labels_message(kind: JobKind) -> str:
             "SFT needs at least 1 example, and the labels make none: label good blocks "
             "(`agent-console label`, g), or approve or edit the agent's actions in the console"
         )
+    if kind is JobKind.KTO:
+        return (
+            "KTO needs at least 1 good and 1 bad example: label blocks good and bad "
+            "(`agent-console label`, g and b), or approve, reject or edit actions in the console"
+        )
     return (
         "DPO needs at least 1 pair, and the labels make none: label one sibling good and "
         "another bad (`agent-console label`), reject one candidate and approve another, "
@@ -234,10 +239,14 @@ def needed_labels_message(kind: JobKind) -> str:
 
 def check_enough_data(store: TraceStore, kind: JobKind, since: float | None) -> int:
     """How many rows the labels make for `kind`; NotEnoughDataError when none."""
-    from training.rules import count_training_data
+    from training.rules import count_kto_examples, count_training_data
 
-    counts = count_training_data(store, since=since)
-    rows = counts.sft_examples if kind is JobKind.SFT else counts.dpo_pairs
+    if kind is JobKind.KTO:
+        good, bad = count_kto_examples(store, since=since)
+        rows = good + bad if good and bad else 0
+    else:
+        counts = count_training_data(store, since=since)
+        rows = counts.sft_examples if kind is JobKind.SFT else counts.dpo_pairs
     if rows == 0:
         message = needed_labels_message(kind)
         if since is not None:

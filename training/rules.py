@@ -281,6 +281,23 @@ class SessionEvidence:
                 pairs.append(Pair(chosen, rejected, rule))
         return pairs
 
+    def kto_examples(self, *, since: float | None = None) -> list[tuple[int, bool]]:
+        """(block id, desirable) for KTO, in id order: the SFT examples are desirable; a
+        block labelled bad, rejected by the operator, or rewritten by them is undesirable.
+        Unpaired: a label on a block with no sibling counts."""
+        good = set(self.sft_examples(since=since))
+        found = [(node_id, True) for node_id in good]
+        for node_id, node in self.nodes.items():
+            if node.author is Author.RUNTIME or node_id in good:
+                continue
+            times = [self.bad_label_at(node_id), self.rejected.get(node_id)]
+            if node.status is NodeStatus.EDITED:
+                times.append(node.updated_at)
+            when = min((t for t in times if t is not None), default=None)
+            if when is not None and (since is None or when >= since):
+                found.append((node_id, False))
+        return sorted(found)
+
     def _sibling_groups(self) -> Iterator[list[TreeNode]]:
         groups: dict[tuple[int | None, str], list[TreeNode]] = defaultdict(list)
         for node in self.nodes.values():
@@ -356,6 +373,16 @@ def iter_session_counts(
             session_id,
             Counts(len(evidence.sft_examples(since=since)), len(evidence.dpo_pairs(since=since))),
         )
+
+
+def count_kto_examples(store: TraceStore, since: float | None = None) -> tuple[int, int]:
+    """(desirable, undesirable) KTO examples the whole store's labels and verdicts make."""
+    good = bad = 0
+    for session_id in store.session_ids(active_since=since):
+        for _, desirable in load_evidence(store, session_id).kto_examples(since=since):
+            good += desirable
+            bad += not desirable
+    return good, bad
 
 
 def count_training_data(store: TraceStore, since: float | None = None) -> Counts:

@@ -59,6 +59,7 @@ EFFECTIVE_BATCH = 8
 DATASET_REPORT = "dataset.json"
 SFT_COLUMNS = ("prompt", "completion")
 DPO_COLUMNS = ("prompt", "chosen", "rejected")
+KTO_COLUMNS = ("prompt", "completion", "label")
 
 
 class TrainingError(Exception):
@@ -354,7 +355,8 @@ def pick_settings(
     liger = hardware.liger
     # A DPO step runs chosen and rejected together: two sequences per pair, plus the
     # reference pass (the base, adapter off) without gradients.
-    sequences_per_item = 2 if kind is JobKind.DPO else 1
+    # KTO runs each example beside a mismatched one for its KL estimate, likewise.
+    sequences_per_item = 1 if kind is JobKind.SFT else 2
     budget = int(hardware.free_memory * MEMORY_BUDGET)
 
     def peak(items: int, checkpointing: bool) -> int:
@@ -365,7 +367,7 @@ def pick_settings(
             checkpointing=checkpointing,
             quantized=qlora,
             liger=liger,
-            reference_pass=kind is JobKind.DPO,
+            reference_pass=kind is not JobKind.SFT,
         )
 
     sizes = [batch_size] if batch_size else [8, 4, 2, 1]
@@ -511,7 +513,7 @@ def load_rows(path: Path, kind: JobKind, cache_dir: Path) -> Any:
     rows = datasets.load_dataset(
         "json", data_files=str(path), split="train", cache_dir=str(cache_dir)
     )
-    columns = SFT_COLUMNS if kind is JobKind.SFT else DPO_COLUMNS
+    columns = {JobKind.SFT: SFT_COLUMNS, JobKind.DPO: DPO_COLUMNS, JobKind.KTO: KTO_COLUMNS}[kind]
     missing = [c for c in columns if c not in rows.column_names]
     if missing:
         raise TrainingError(f"{path}: rows lack {', '.join(missing)}")
@@ -770,6 +772,18 @@ def run_training(
         trainer = SFTTrainer(
             model=model,
             args=SFTConfig(**common),
+            train_dataset=rows,
+            processing_class=tokenizer,
+            peft_config=lora_config(options.lora_r),
+            callbacks=[callback],
+        )
+    elif options.kind is JobKind.KTO:
+        from trl import KTOConfig, KTOTrainer
+
+        trainer = KTOTrainer(
+            model=model,
+            ref_model=None,  # the base with the adapter switched off
+            args=KTOConfig(**common),
             train_dataset=rows,
             processing_class=tokenizer,
             peft_config=lora_config(options.lora_r),

@@ -30,6 +30,7 @@ from training.rules import Counts
 KIND_HELP = {
     JobKind.SFT: "SFT: learn to write the blocks the labels call good",
     JobKind.DPO: "DPO: prefer the preferred sibling over the other",
+    JobKind.KTO: "KTO: good and bad blocks, paired or not",
 }
 DEFAULT_EPOCHS = 3.0
 DEFAULT_LORA_R = 16
@@ -40,6 +41,7 @@ class TrainCommands(ScreenCommands):
         ("train: Queue the job", "confirm", "Queue the training job with these options"),
         ("train: SFT", "kind('sft')", "Train on the good blocks"),
         ("train: DPO", "kind('dpo')", "Train on the preferred pairs"),
+        ("train: KTO", "kind('kto')", "Train on good and bad blocks, paired or not"),
         ("train: Cancel", "cancel", "Close the dialog; nothing is queued"),
     )
 
@@ -52,7 +54,7 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "confirm", "Queue job", id="train.confirm", priority=True,
                 tooltip="Queue the job; it trains in a worker process of its own"),
-        Binding("ctrl+t", "toggle_kind", "SFT/DPO", id="train.kind", priority=True,
+        Binding("ctrl+t", "toggle_kind", "SFT/DPO/KTO", id="train.kind", priority=True,
                 tooltip="Switch between SFT and DPO"),
         Binding("escape", "cancel", "Cancel", id="train.cancel", priority=True,
                 tooltip="Close the dialog; nothing is queued"),
@@ -77,6 +79,8 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
         self.data_dir = data_dir
         #: the id the next job will probably get, for the default name's preview
         self.next_id: int | None = None
+        #: (good, bad) KTO examples, counted with the rest
+        self.kto_counts: tuple[int, int] = (0, 0)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="train-dialog") as dialog:
@@ -115,9 +119,10 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="train-count",
           name="counting training data")  # fmt: skip
     def count(self) -> None:
-        from training.rules import count_training_data
+        from training.rules import count_kto_examples, count_training_data
 
         counts = count_training_data(self.store)
+        self.kto_counts = count_kto_examples(self.store)
         latest = self.store.list_jobs(limit=1)
         next_id = latest[0].id + 1 if latest else 1
         self.app.call_from_thread(self.show_counts, counts, next_id)
@@ -130,6 +135,9 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
         counts = self.counts
         if counts is None:
             return None
+        if self.kind is JobKind.KTO:
+            good, bad = self.kto_counts
+            return good + bad if good and bad else 0
         return counts.sft_examples if self.kind is JobKind.SFT else counts.dpo_pairs
 
     # -- showing ---------------------------------------------------------------------------
@@ -152,9 +160,11 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
                 Text.assemble(
                     "The labels make ",
                     (f"{counts.sft_examples:,}", "bold"),
-                    " SFT examples and ",
+                    " SFT examples, ",
                     (f"{counts.dpo_pairs:,}", "bold"),
-                    " DPO pairs now.",
+                    " DPO pairs and ",
+                    (f"{sum(self.kto_counts):,}", "bold"),
+                    " KTO examples now.",
                 )
             )
         button = self.query_one(f"#train-kind-{self.kind.value}", RadioButton)
@@ -193,7 +203,8 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
         self.kind = JobKind(chosen.removeprefix("train-kind-"))
 
     def action_toggle_kind(self) -> None:
-        self.kind = JobKind.DPO if self.kind is JobKind.SFT else JobKind.SFT
+        kinds = list(JobKind)
+        self.kind = kinds[(kinds.index(self.kind) + 1) % len(kinds)]
 
     def action_kind(self, kind: str) -> None:
         self.kind = JobKind(kind)

@@ -144,7 +144,7 @@ async def test_with_no_labels_the_dialog_says_what_is_needed_and_cannot_be_confi
         await settle(pilot)
         dialog = app.screen
         assert isinstance(dialog, TrainConfirmScreen)
-        assert "0 SFT examples and 0 DPO pairs" in plain(dialog.query_one("#train-counts", Static))
+        assert "0 SFT examples, 0 DPO pairs and 0 KTO examples" in plain(dialog.query_one("#train-counts", Static))
         problem = plain(dialog.query_one("#train-problem", Static))
         assert " ".join(needed_labels_message(JobKind.SFT).split()) in " ".join(problem.split())
         assert dialog.check_action("confirm", ()) is None  # greyed in the footer
@@ -176,7 +176,7 @@ async def test_the_dialog_counts_the_labels_refuses_bad_options_and_opens_from_t
         await settle(pilot)
         dialog = app.screen
         assert isinstance(dialog, TrainConfirmScreen)
-        assert "The labels make 3 SFT examples and 2 DPO pairs now." in plain(
+        assert "The labels make 3 SFT examples, 2 DPO pairs and" in plain(
             dialog.query_one("#train-counts", Static)
         )
         assert dialog.query_one("#train-name", Input).placeholder == "sft-1 (the job's id)"

@@ -10,9 +10,10 @@ import pytest
 
 from agents.families import Variant, split, variant
 from agents.runtime import Outcome, Runtime
-from storage import Author, LabelValue, NodeStatus, TraceStore, Verdict
+from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
 from tests.support.runs import options
 from training.datasets import iter_rows
+from training.jobs import JobOptions, follow, queue_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
@@ -27,7 +28,9 @@ def test_same_code_ignores_formatting_and_comments() -> None:
     assert not same_code("x = (", "x = 1")
 
 
-def test_teaching_sessions_store_the_operators_work(tmp_path: Path, backend: object) -> None:
+def test_teaching_sessions_store_the_operators_work_and_train_kto(
+    tmp_path: Path, backend: object, tiny_model_dir: Path
+) -> None:
     store = TraceStore(tmp_path / "traces.db")
     taught = [variant("compute", seed) for seed in split("compute")[0][:2]]
 
@@ -72,6 +75,22 @@ def test_teaching_sessions_store_the_operators_work(tmp_path: Path, backend: obj
         assert any(v.orientation in text for text in texts)
     dpo = list(iter_rows(store, "dpo"))
     assert any(taught[0].orientation in row["chosen"] for row in dpo)
+
+    # KTO: the same blocks, unpaired, with the rejected, rewritten originals as bad ones
+    kto = list(iter_rows(store, "kto"))
+    assert {row["label"] for row in kto} == {True, False}
+    assert sum(row["label"] for row in kto) == len(sft)
+    job = queue_job(
+        store,
+        JobOptions(JobKind.KTO, str(tiny_model_dir), max_steps=2, batch_size=2, save_steps=100),
+        data_dir=tmp_path / "data",
+    )
+    assert job.config["rows_at_queue"] == len(kto)
+    for _ in follow(store, job.id, poll=0.3):
+        pass
+    job = store.get_job(job.id)
+    assert job.status is JobStatus.COMPLETED, job.error
+    assert store.get_adapter(job.name).metrics["dataset"]["kind"] == "kto"
     store.close()
 
 
