@@ -93,6 +93,12 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
             help="longest training sequence in tokens, prompt included (2048)",
         )
         job.add_argument(
+            "--on",
+            metavar="ADAPTER",
+            help="start from a registered adapter's weights (e.g. `train dpo --on sft-3`: "
+            "preference tuning on top of supervised tuning)",
+        )
+        job.add_argument(
             "--follow", action="store_true", help="show a progress bar until the job ends"
         )
     status = jobs.add_parser(
@@ -206,6 +212,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
         since=since,
         qlora=args.qlora,
         max_length=args.max_length,
+        start_from=args.on,
     )
     if options.qlora:
         import importlib.util

@@ -102,6 +102,8 @@ class JobOptions:
     batch_size: int | None = None
     seed: int = 0
     poll_seconds: float = 1.5
+    #: a registered adapter whose weights this job starts from (DPO on top of SFT), by name
+    start_from: str | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -297,6 +299,18 @@ def queue_job(
     if options.name is not None:
         check_name_free(store, options.name)
     config = options.to_config()
+    if options.start_from is not None:
+        from storage import NotFoundError
+
+        try:
+            start = store.get_adapter(options.start_from)
+        except NotFoundError:
+            raise JobError(f"--on {options.start_from}: no adapter has that name") from None
+        if start.base_model != base:
+            raise JobError(
+                f"--on {options.start_from}: it was trained on {start.base_model}, not {base}"
+            )
+        config["start_path"] = start.path
     config.update(
         base_model=base,
         db=redacted_url(store.url),

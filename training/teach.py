@@ -10,6 +10,9 @@ rewritten (`rewrite`); an evaluation that ran is labelled good, a failed one rew
 session the task's checks passed gets a good path label on its outcome. Every one of those
 is an operator action and is counted (`Tally`).
 
+A reject costs the action a try: give teaching sessions at least two (`attempts`), or the
+rewrite that follows a reject never comes.
+
 What is taught comes from the variant's own blocks (`agents.families.Variant`), so a
 teaching script never sees a held-out variant unless it is handed one, and
 `teach_sessions` refuses those (`HeldOutError`).

@@ -741,6 +741,14 @@ def run_training(
             model, use_gradient_checkpointing=settings.gradient_checkpointing
         )
 
+    peft_config = lora_config(options.lora_r)
+    if job.config.get("start_path"):
+        from peft import PeftModel
+
+        reporter.log(f"starting from adapter {options.start_from}")
+        model = PeftModel.from_pretrained(model, job.config["start_path"], is_trainable=True)
+        peft_config = None  # the adapter's own LoRA settings go on
+
     output = checkpoints_dir(job)
     output.mkdir(parents=True, exist_ok=True)
     resume_from = _prepare_resume(output)
@@ -774,7 +782,7 @@ def run_training(
             args=SFTConfig(**common),
             train_dataset=rows,
             processing_class=tokenizer,
-            peft_config=lora_config(options.lora_r),
+            peft_config=peft_config,
             callbacks=[callback],
         )
     elif options.kind is JobKind.KTO:
@@ -786,7 +794,7 @@ def run_training(
             args=KTOConfig(**common),
             train_dataset=rows,
             processing_class=tokenizer,
-            peft_config=lora_config(options.lora_r),
+            peft_config=peft_config,
             callbacks=[callback],
         )
     else:
@@ -798,7 +806,7 @@ def run_training(
             args=DPOConfig(**common),
             train_dataset=rows,
             processing_class=tokenizer,
-            peft_config=lora_config(options.lora_r),
+            peft_config=peft_config,
             callbacks=[callback],
         )
     if resume_from is not None:

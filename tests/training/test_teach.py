@@ -13,7 +13,7 @@ from agents.runtime import Outcome, Runtime
 from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
 from tests.support.runs import options
 from training.datasets import iter_rows
-from training.jobs import JobOptions, follow, queue_job
+from training.jobs import JobError, JobOptions, follow, log_path, queue_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
@@ -91,6 +91,26 @@ def test_teaching_sessions_store_the_operators_work_and_train_kto(
     job = store.get_job(job.id)
     assert job.status is JobStatus.COMPLETED, job.error
     assert store.get_adapter(job.name).metrics["dataset"]["kind"] == "kto"
+
+    # DPO on top of it: the job starts from the adapter's weights
+    with pytest.raises(JobError, match="no adapter has that name"):
+        queue_job(
+            store,
+            JobOptions(JobKind.DPO, str(tiny_model_dir), start_from="nope"),
+            data_dir=tmp_path / "data",
+        )
+    on_top = queue_job(
+        store,
+        JobOptions(
+            JobKind.DPO, str(tiny_model_dir), max_steps=1, save_steps=100, start_from=job.name
+        ),
+        data_dir=tmp_path / "data",
+    )
+    for _ in follow(store, on_top.id, poll=0.3):
+        pass
+    on_top = store.get_job(on_top.id)
+    assert on_top.status is JobStatus.COMPLETED, on_top.error
+    assert f"starting from adapter {job.name}" in log_path(on_top).read_text()
     store.close()
 
 

@@ -1,0 +1,275 @@
+"""Does teaching carry over? The offline real model (Gemma 3 270M base) on held-out variants
+of the task families, before and after a scripted operator teaches it on other variants.
+
+Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--kinds sft,dpo,kto]`.
+
+- Base: the model alone (`--approval auto`, one tick) on each taught family's held-out
+  variants (`--held-out` per family) and on the never-taught family's: pass rate (the
+  task's checks) with its 95% interval (Wilson), and the share of sessions whose chosen
+  action ran, whose evaluation ran and registered a check that ran, and whose orientation
+  names the variant's files.
+- Teaching: the scripted operator (`training.teach`) on teaching variants, families in turn,
+  through the runtime's approval gate and the store's labels; its actions are counted.
+- After each count of teaching sessions in `--teach`: an adapter trained with the product's
+  own job (`training.jobs.queue_job`, a detached worker, as `agent-console train`) on
+  every label so far, loaded into the running backend, and the held-out set again with the
+  same seeds. At the last count, each kind in `--kinds`. The time from the last label to
+  the adapter in use is reported.
+
+`--base-only` stops after the base. Training the 270M model on a CPU is slow (about 20
+tokens/s in float32 on one core: a teaching set of 20 sessions is hours), so the trained
+half wants a GPU.
+
+Figures go to stdout as Markdown rows and to .bench/learning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents import blocks
+from agents.backends.offline import ensure_model
+from agents.families import Variant, family_names, split, variant
+from agents.runtime import Outcome, RunOptions, Runtime
+from agents.settings import Settings
+from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
+from training.jobs import JobOptions, follow, queue_job
+from training.teach import ScriptedOperator, Tally, names_the_task, teach_sessions
+
+OUT = Path(__file__).resolve().parents[1] / ".bench" / "learning.json"
+
+
+def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% score interval of a pass rate."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = passed / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def session_options(backend: Any, args: argparse.Namespace, seed: int, approval: str) -> RunOptions:
+    # a teaching session's action gets a second try: the operator's rewrite after a reject
+    attempts = args.attempts if approval == "auto" else max(2, args.attempts)
+    return RunOptions.from_settings(
+        Settings(),
+        backend,
+        approval=approval,
+        max_ticks=1,
+        memory=False,
+        attempts=attempts,
+        candidates=args.candidates,
+        escalation=(),
+        block_tokens=args.block_tokens,
+        seed=seed,
+    )
+
+
+def judge(store: TraceStore, session_id: int, found: Variant) -> dict[str, bool]:
+    """What one held-out session did: solved, and whether its chosen blocks stand."""
+    tree = store.tree(session_id)
+    outcome = [n for n in tree if n.kind == blocks.OUTCOME]
+    total = outcome[-1].meta.get("task_total", 0) if outcome else 0
+    solved = bool(total) and outcome[-1].meta.get("task_passed") == total
+    action = any(n.kind == blocks.ACTION and n.status is NodeStatus.EXECUTED for n in tree)
+    ran: set[str] = set()
+    for node in outcome:
+        for result in store.evaluations(node.id):
+            if result.kind is EvaluationKind.CALLBACK and result.error is None:
+                ran.add(result.name)
+    evaluation = any(
+        n.kind == blocks.EVALUATION
+        and n.status is NodeStatus.EXECUTED
+        and (titles := blocks.registered_titles(n.text, "add_evaluation"))
+        and all(t in ran for t in titles)
+        for n in tree
+    )
+    orientation = any(
+        n.kind == blocks.ORIENTATION
+        and n.status is NodeStatus.CHOSEN
+        and names_the_task(n.text, found)
+        for n in tree
+    )
+    return {
+        "solved": solved,
+        "action": action,
+        "evaluation": evaluation,
+        "orientation": orientation,
+    }
+
+
+def held_out(
+    backend: Any,
+    store: TraceStore,
+    variants: Iterable[Variant],
+    args: argparse.Namespace,
+    work: Path,
+) -> dict[str, Any]:
+    """The model alone on `variants`; rates per family and over the taught families."""
+    rows: dict[str, list[dict[str, bool]]] = {}
+    started = time.perf_counter()
+    for found in variants:
+        runtime = Runtime(
+            store,
+            backend,
+            found.task,
+            session_options(backend, args, found.seed, "auto"),
+            sessions_dir=work / "sessions",
+        )
+        outcome = runtime.run()
+        rows.setdefault(found.family, []).append(judge(store, outcome.session_id, found))
+    result: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 1)}
+    taught = [r for family, got in rows.items() if family in args.families for r in got]
+    for name, got in [("taught", taught), *rows.items()]:
+        n = len(got)
+        passed = sum(r["solved"] for r in got)
+        low, high = wilson(passed, n)
+        result[name] = {
+            "n": n,
+            "pass_rate": round(passed / n, 3) if n else None,
+            "ci95": [round(low, 3), round(high, 3)],
+            **{
+                f"{key}_valid": round(sum(r[key] for r in got) / n, 3) if n else None
+                for key in ("action", "evaluation", "orientation")
+            },
+        }
+    return result
+
+
+def teach(
+    backend: Any,
+    store: TraceStore,
+    variants: list[Variant],
+    args: argparse.Namespace,
+    work: Path,
+    tally: Tally,
+) -> Tally:
+    def runtime_for(found: Variant, operator: ScriptedOperator) -> Runtime:
+        return Runtime(
+            store,
+            backend,
+            found.task,
+            session_options(backend, args, 1000 + found.seed, "ask"),
+            sessions_dir=work / "sessions",
+            asker=operator,
+        )
+
+    def solved(outcome: Outcome) -> bool:
+        return judge(store, outcome.session_id, variants[0])["solved"]
+
+    more = teach_sessions(variants, runtime_for, solved)
+    for key in ("approved", "rejected", "edited", "rewritten", "labelled"):
+        setattr(tally, key, getattr(tally, key) + getattr(more, key))
+    tally.sessions.extend(more.sessions)
+    return tally
+
+
+def train(
+    backend: Any, store: TraceStore, kind: JobKind, name: str, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """Train with the product's job, load the adapter; seconds from queueing to in use."""
+    started = time.perf_counter()
+    options = JobOptions(
+        kind=kind,
+        base_model=str(args.model),
+        name=name,
+        epochs=args.epochs,
+        learning_rate=args.lr.get(kind.value),
+        max_length=args.max_length,
+        save_steps=10_000,
+    )
+    job = queue_job(store, options, data_dir=work / "data")
+    for _ in follow(store, job.id, poll=1.0):
+        pass
+    job = store.get_job(job.id)
+    if job.status is not JobStatus.COMPLETED:
+        raise SystemExit(f"training {name} ended {job.status.value}: {job.error}")
+    adapter = store.get_adapter(name)
+    backend.load_adapter(adapter.name, adapter.path)
+    backend.use_adapter(adapter.name)
+    return {
+        "rows": job.config.get("rows_at_queue"),
+        "label_to_adapter_s": round(time.perf_counter() - started, 1),
+        "train_loss": adapter.metrics.get("train_loss"),
+    }
+
+
+def teaching_order(families: list[str], count: int) -> list[Variant]:
+    """The first `count` teaching variants, families in turn (never a held-out one)."""
+    seeds = {family: split(family)[0] for family in families}
+    order = [variant(f, seeds[f][i]) for i in range(len(seeds[families[0]])) for f in families]
+    return order[:count]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--families", default="fix_bug,compute,transform")
+    parser.add_argument("--untaught", default=",".join(family_names(taught=False)))
+    parser.add_argument("--teach", default="5,10,20", help="teaching sessions at each point")
+    parser.add_argument("--held-out", type=int, default=10, help="held-out variants per family")
+    parser.add_argument("--kinds", default="sft,dpo,kto", help="kinds trained at the last point")
+    parser.add_argument("--candidates", type=int, default=2)
+    parser.add_argument("--block-tokens", type=int, default=192)
+    parser.add_argument("--attempts", type=int, default=1)
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--lr", default="sft=2e-4,dpo=5e-5,kto=5e-5")
+    parser.add_argument("--max-length", type=int, default=3072)
+    parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
+    args = parser.parse_args()
+    args.families = args.families.split(",")
+    args.lr = {k: float(v) for k, v in (p.split("=") for p in args.lr.split(","))}
+    args.model = ensure_model(print)
+    points = [int(p) for p in args.teach.split(",")]
+    kinds = [JobKind(k) for k in args.kinds.split(",")]
+    families = args.families + [f for f in args.untaught.split(",") if f]
+    measured = [variant(f, split(f)[1][i]) for i in range(args.held_out) for f in families]
+
+    from agents.backends.transformers_backend import TransformersBackend
+
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "args": vars(args) | {}}
+    results["args"]["model"] = "gemma-3-270m (offline)"
+    backend = TransformersBackend(str(args.model))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        store = TraceStore(work / "traces.db")
+        base = held_out(backend, store, measured, args, work / "base")
+        results["base"] = base
+        print(f"| base | 0 | {json.dumps(base)} |", flush=True)
+        if args.base_only:
+            points = []
+        tally = Tally()
+        order = teaching_order(args.families, max(points, default=0))
+        assert not {(v.family, v.seed) for v in order} & {(v.family, v.seed) for v in measured}
+        taught = 0
+        for point in points:
+            backend.use_adapter(None)
+            teach(backend, store, order[taught:point], args, work / f"teach{point}", tally)
+            taught = point
+            for kind in kinds if point == points[-1] else [JobKind.SFT]:
+                name = f"{kind.value}-{point}"
+                trained = train(backend, store, kind, name, args, work)
+                after = held_out(backend, store, measured, args, work / name)
+                row = {"teaching": point, "operator": tally.as_json(), **trained, **after}
+                results[name] = row
+                print(f"| {kind.value} | {point} | {json.dumps(row)} |", flush=True)
+                backend.use_adapter(None)
+        store.close()
+    backend.close()
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
