@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.families import parse_seeds
+from agents.families import FAMILIES, parse_seeds, split
 from agents.runtime import Event, RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
@@ -58,7 +59,7 @@ SPEC_KEYS = {
     "task": "a shipped task's name, family:NAME:SEED, or a task file (.toml or .py; relative "
     "to the tasks file)",
     "family": 'a task family: one task per seed of "seeds"',
-    "seeds": 'the family\'s seeds, such as "0-29" or "3,5,8"',
+    "seeds": 'the family\'s seeds, such as "0-29" or "3,5,8", or its "held-out" or "teaching" set',
     "prompt": "the task as free text",
     "id": "your name for the task (shown in the results)",
     "message": "a first message from the operator",
@@ -138,7 +139,12 @@ def _specs(line: str, where: str, folder: Path) -> list[dict[str, Any]]:
     if "task" in spec or "prompt" in spec or "id" in spec:
         raise TasksFileError(f'{where}: a family line names no "task", "prompt" or "id"')
     try:
-        numbers = parse_seeds(str(seeds))
+        if seeds in ("teaching", "held-out"):
+            if family not in FAMILIES:
+                raise ValueError(f"no such task family {family!r}")
+            numbers = split(family)[seeds == "held-out"]
+        else:
+            numbers = parse_seeds(str(seeds))
     except ValueError as exc:
         raise TasksFileError(f"{where}: {exc}") from None
     return [_spec({**spec, "task": f"family:{family}:{seed}"}, where, folder) for seed in numbers]
@@ -588,6 +594,26 @@ class Summary:
     def adapter(self) -> str | None:
         value = self.batch.config.get("adapter")
         return str(value) if value else None
+
+    @property
+    def solved_interval(self) -> tuple[float, float]:
+        """The 95% interval of the share of tasks solved."""
+        return wilson(self.solved, self.with_checks)
+
+    def solved_text(self) -> str:
+        """ "3/10 solved (95% CI 11-60%)"."""
+        low, high = self.solved_interval
+        return f"{self.solved}/{self.with_checks} solved (95% CI {low * 100:.0f}-{high * 100:.0f}%)"
+
+
+def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate of `passed` in `n` (95% by default)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = passed / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def summarize(store: TraceStore, batch: Batch) -> Summary:

@@ -302,8 +302,7 @@ def _summary_line(summary: Summary) -> str:
     from agents.batch import describe_counts
 
     checks = (
-        f"{summary.pass_rate * 100:.0f}% of checks passed, {summary.solved}/{summary.with_checks}"
-        " tasks solved"
+        f"{summary.pass_rate * 100:.0f}% of checks passed, {summary.solved_text()}"
         if summary.pass_rate is not None
         else "no checks"
     )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import blocks
 from agents.backends.offline import ensure_model
+from agents.batch import wilson
 from agents.families import Variant, family_names, split, variant
 from agents.runtime import Outcome, RunOptions, Runtime
 from agents.settings import Settings
@@ -47,16 +47,6 @@ from training.jobs import JobOptions, follow, queue_job
 from training.teach import ScriptedOperator, Tally, names_the_task, teach_sessions
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "learning.json"
-
-
-def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% score interval of a pass rate."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = passed / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def session_options(backend: Any, args: argparse.Namespace, seed: int, approval: str) -> RunOptions:

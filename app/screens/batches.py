@@ -176,17 +176,14 @@ def batch_summary(summary: Summary, versus: list[Summary]) -> Text:
         text.append("\n" + ", ".join(options), style="dim")
     text.append("\n" + describe_counts(summary.counts))
     if summary.with_checks:
-        text.append(
-            f"; {percent(summary.pass_rate)} of checks passed, "
-            f"{summary.solved}/{summary.with_checks} solved"
-        )
+        text.append(f"; {percent(summary.pass_rate)} of checks passed, {summary.solved_text()}")
     text.append(f"; mean reward {reward(summary.mean_reward)}; {summary.tokens} tokens")
     others = [s for s in versus if s.batch.id != batch.id]
     for other in others:
         text.append(
             f"\n{other.adapter or 'base'} (batch {other.batch.id}): "
             f"{percent(other.pass_rate)} of checks passed, "
-            f"{other.solved}/{other.with_checks} solved, "
+            f"{other.solved_text()}, "
             f"mean reward {reward(other.mean_reward)}",
             style="dim",
         )

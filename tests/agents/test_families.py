@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.batch import TasksFileError, read_tasks
+from agents.batch import TasksFileError, read_tasks, wilson
 from agents.families import FAMILIES, VARIANTS, parse_seeds, split, variant
 from agents.sandbox import Kernel
 from agents.tasks import TaskError, load_task, seed_workdir
@@ -79,6 +79,12 @@ def test_family_tasks_load_by_name_and_bad_names_say_what_is_wrong() -> None:
             load_task(ref)
 
 
+def test_the_wilson_interval() -> None:
+    assert wilson(0, 30) == pytest.approx((0.0, 0.1135), abs=1e-4)
+    assert wilson(15, 30) == pytest.approx((0.3315, 0.6685), abs=1e-4)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
 def test_parse_seeds() -> None:
     assert parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
     assert parse_seeds("5") == [5]
@@ -102,12 +108,16 @@ def test_a_batch_line_names_a_family_and_a_range(tmp_path: Path) -> None:
         "family:fix_bug:5",
     ]
     assert specs[0]["max_ticks"] == 2
+    tasks.write_text(json.dumps({"family": "transform", "seeds": "held-out"}) + "\n")
+    specs, _ = read_tasks(tasks)
+    assert [s["task"] for s in specs] == [f"family:transform:{i}" for i in split("transform")[1]]
     for bad, said in (
         ({"family": "compute"}, "needs"),
         ({"family": "compute", "seeds": "2-1"}, "ends before"),
         ({"family": "nope", "seeds": "1"}, "no such task family"),
         ({"family": "compute", "seeds": "1", "task": "vigenere"}, "names no"),
         ({"task": "family:compute"}, "name the variant"),
+        ({"family": "nope", "seeds": "held-out"}, "no such task family"),
     ):
         tasks.write_text(json.dumps(bad) + "\n")
         with pytest.raises(TasksFileError, match=said):

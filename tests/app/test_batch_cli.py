@@ -62,7 +62,7 @@ def _flat(text: str) -> list[str]:
         ('["vigenere"]', 'expected an object such as {"task": "vigenere"}'),
         (
             '{"task": "vigenere", "tick": 3}',
-            "unknown key 'tick' (known: task, prompt, id, message, max_ticks)",
+            "unknown key 'tick' (known: task, family, seeds, prompt, id, message, max_ticks)",
         ),
         ('{"task": "vigenere", "prompt": "hi"}', 'give either "task" or "prompt"'),
         ('{"id": "lonely"}', 'give either "task" or "prompt"'),
@@ -350,7 +350,7 @@ def test_list_and_show_a_batch(tmp_path: Path) -> None:
     assert listed.returncode == exit_codes.OK, listed.stderr
     assert listed.stderr == ""
     summary = (
-        "1 completed, 1 failed, 1 truncated, 1 left; 75% of checks passed, 1/2 tasks solved; "
+        "1 completed, 1 failed, 1 truncated, 1 left; 75% of checks passed, 1/2 solved (95% CI 9-91%); "
         "mean reward 0.250; 55 tokens"
     )
     assert _flat(listed.stdout) == [f"{batch.id} running tasks.jsonl base {summary}"]
@@ -404,11 +404,11 @@ def test_show_compares_the_adapters_of_the_same_tasks_file(tmp_path: Path) -> No
     assert shown.returncode == exit_codes.OK, shown.stderr
     lines = _flat(shown.stdout)
     tuned_summary = (
-        "1 completed, 1 failed, 0 truncated; 75% of checks passed, 1/2 tasks solved; "
+        "1 completed, 1 failed, 0 truncated; 75% of checks passed, 1/2 solved (95% CI 9-91%); "
         "mean reward 0.375; 20 tokens"
     )
     base_summary = (
-        "1 completed, 1 failed, 0 truncated; 50% of checks passed, 1/2 tasks solved; "
+        "1 completed, 1 failed, 0 truncated; 50% of checks passed, 1/2 solved (95% CI 9-91%); "
         "mean reward 0.250; 20 tokens"
     )
     assert lines[2:] == [

@@ -219,9 +219,14 @@ async def test_batches_show_their_progress_results_and_tasks(store: TraceStore) 
         text = summary(app)
         assert f"batch {made.tuned.id}" in text and "sft-1" in text
         assert "1 completed, 1 failed, 0 truncated, 1 left" in text
-        assert "50% of checks passed, 1/2 solved; mean reward 0.200; 2000 tokens" in text
+        assert (
+            "50% of checks passed, 1/2 solved (95% CI 9-91%); mean reward 0.200; 2000 tokens"
+            in text
+        )
         # the same tasks file on the base model, for the A/B
-        assert f"base (batch {made.base.id}): 50% of checks passed, 2/4 solved" in text
+        assert (
+            f"base (batch {made.base.id}): 50% of checks passed, 2/4 solved (95% CI 15-85%)" in text
+        )
 
         # The older batch: its own tasks.
         await pilot.press("down")

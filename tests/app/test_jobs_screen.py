@@ -144,7 +144,9 @@ async def test_with_no_labels_the_dialog_says_what_is_needed_and_cannot_be_confi
         await settle(pilot)
         dialog = app.screen
         assert isinstance(dialog, TrainConfirmScreen)
-        assert "0 SFT examples, 0 DPO pairs and 0 KTO examples" in plain(dialog.query_one("#train-counts", Static))
+        assert "0 SFT examples, 0 DPO pairs and 0 KTO examples" in plain(
+            dialog.query_one("#train-counts", Static)
+        )
         problem = plain(dialog.query_one("#train-problem", Static))
         assert " ".join(needed_labels_message(JobKind.SFT).split()) in " ".join(problem.split())
         assert dialog.check_action("confirm", ()) is None  # greyed in the footer
