@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from agents.memory import Memory
     from agents.tasks import Task
     from app.screens.compare import CompareScreen
+    from app.screens.held_out import HeldOutScreen
     from storage import Job
 
 FALLBACK_THEME = "textual-dark"
@@ -47,6 +48,7 @@ def binding_ids() -> set[str]:
     from app.screens.approval import ApprovalScreen
     from app.screens.batches import BatchesScreen
     from app.screens.compare import CompareScreen
+    from app.screens.held_out import HeldOutScreen
     from app.screens.help import HelpScreen
     from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
     from app.screens.label import LabelScreen
@@ -67,6 +69,7 @@ def binding_ids() -> set[str]:
         AdapterPicker,
         TrainConfirmScreen,
         CompareScreen,
+        HeldOutScreen,
         SearchScreen,
         SimilarScreen,
         BatchesScreen,
@@ -146,7 +149,7 @@ class ConsoleApp(App[None]):
         self.backend: Backend | None = None
         self.model_problem: str | None = None
         #: the A/B comparison on screen or last run; see `comparing`
-        self.comparison: CompareScreen | None = None
+        self.comparison: CompareScreen | HeldOutScreen | None = None
         #: semantic search and similar-branch labelling (opened when first used)
         self.memory = SharedMemory(store, settings.memory_model)
         self.sub_title = store.where

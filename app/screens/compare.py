@@ -514,6 +514,34 @@ def current_task(main: MainScreen) -> Task | None:
     return main.console.start_task
 
 
+def start_held_out(main: MainScreen) -> None:
+    """Pick the adapter, then run the held-out set with it and with the base."""
+    from app.screens.held_out import HeldOutScreen, held_out_variants
+    from app.screens.jobs import AdapterPicker
+
+    console = main.console
+    problem = console.adapter_busy() or (
+        "a session is running: stop it (x) first" if main.live is not None else None
+    )
+    if problem is not None:
+        main.notify(problem, severity="warning", markup=False)
+        return
+
+    def picked(adapter: str | None) -> None:
+        if adapter is None:
+            return
+        again = console.adapter_busy()
+        if again is not None:
+            main.notify(again, severity="warning", markup=False)
+            return
+        console.push_screen(HeldOutScreen(main.store, adapter, held_out_variants()))
+
+    console.push_screen(
+        AdapterPicker(main.store, "A/B on the held-out set: base model vs which adapter?"),
+        picked,
+    )
+
+
 def start_comparison(main: MainScreen) -> None:
     """Pick the adapter, then open the comparison; or say why it cannot start."""
     from agents.tasks import TaskError

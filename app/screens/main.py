@@ -100,6 +100,11 @@ class MainCommands(ScreenCommands):
         ("adapter: Use adapter…", "app.use_adapter", "Sample with a registered LoRA adapter"),
         ("adapter: Base model", "app.base_model", "Sample with the base model again"),
         ("compare: A/B base vs adapter", "compare", "Run this task with both, side by side"),
+        (
+            "compare: A/B on the held-out set",
+            "compare_held_out",
+            "Base and adapter alone on task-family variants never taught, with pass rates",
+        ),
         ("help: Keys", "help", "Every key of this screen"),
     )
 
@@ -629,6 +634,11 @@ class MainScreen(Screen[None]):
         from app.screens.help import HelpScreen
 
         self.app.push_screen(HelpScreen(self))
+
+    def action_compare_held_out(self) -> None:
+        from app.screens.compare import start_held_out
+
+        start_held_out(self)
 
     def action_compare(self) -> None:
         from app.screens.compare import start_comparison

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from textual.widgets import RichLog, Static
+from textual.widgets import DataTable, RichLog, Static
 
 from agents.backends.transformers_backend import TransformersBackend
+from agents.families import split
 from agents.runtime import task_snapshot
 from agents.settings import Settings
 from app.console import ConsoleApp
@@ -29,6 +30,7 @@ from app.screens.compare import (
     resolve_task,
     summarize,
 )
+from app.screens.held_out import HeldOutScreen, held_out_variants
 from app.screens.jobs import AdapterPicker
 from app.widgets.status_bar import StatusBar
 from storage import NodeStatus, SessionStatus, TraceStore
@@ -235,3 +237,49 @@ def test_a_side_is_summarised_from_its_stored_session(store: TraceStore) -> None
 def test_the_task_of_a_stored_session() -> None:
     assert resolve_task({"task": task_snapshot(TASK)}, TASK.prompt).checks == TASK.checks
     assert resolve_task({}, "say hello").prompt == "say hello"
+
+
+async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
+    store: TraceStore, tiny_model_dir: Path, tiny_adapter_dir: Path
+) -> None:
+    store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
+    variants = held_out_variants(1)[:1]
+    assert all(v.seed in split(v.family)[1] for v in held_out_variants())
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.backend is not None, "the model")
+        # the palette's way in: the adapter picker first
+        app.main.action_compare_held_out()
+        await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, "back")
+
+        screen = HeldOutScreen(store, "tuned", variants)
+        await app.push_screen(screen)
+        await until(pilot, lambda: app.comparing, "the set to start")
+        await until(
+            pilot,
+            lambda: not screen.running.is_set() and all(len(r.results) == 2 for r in screen.rows),
+            "every variant on both sides",
+            timeout=240,
+        )
+        assert not app.comparing
+        sessions = sorted(store.list_sessions(), key=lambda s: s.id)
+        assert len(sessions) == 2
+        for pair, found in zip((sessions[0:2],), variants, strict=True):
+            base, tuned = pair
+            assert base.adapter is None and tuned.adapter == "tuned"
+            assert base.task == tuned.task == found.task.prompt
+            assert base.settings["run"]["seed"] == tuned.settings["run"]["seed"]
+            assert base.settings["run"]["approval"] == "auto"
+        verdict = plain(screen.query_one("#compare-verdict", Static))
+        solved = [r.results for r in screen.rows]
+        for key, name in ((BASE, "base model"), (TUNED, "adapter tuned")):
+            k = sum(r[key] for r in solved)
+            assert f"{name}  {k}/1 solved  (95% CI" in verdict
+        table = screen.query_one(DataTable)
+        assert table.row_count == 1
+        assert "done" in verdict
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.main
