@@ -679,9 +679,7 @@ class Runtime:
         prefix = self._prefix_before(action)
         question = ranking.QUESTIONS[blocks.ACTION]
         earlier = self._earlier_texts()
-        meta = {
-            k: v for k, v in action.meta.items() if k in ("index", "timestamp", "q", "collapsed")
-        }
+        meta: dict[str, Any] = {}
         # The store keeps the whole edit (it is what runs); the context shows it capped.
         shown = text
         if len(text) > OPERATOR_CONTEXT_CHARS:
@@ -697,17 +695,12 @@ class Runtime:
             meta["title"] = titles[-1]
         node = self.store.add_node(
             self.session_id,
-            NewNode(
-                kind=blocks.ACTION,
-                text=text,
-                tick=action.tick,
-                parent_id=action.parent_id,
-                author=Author.OPERATOR,
-                status=NodeStatus.EDITED,
+            NewNode.rewrite_of(
+                action,
+                text,
+                NodeStatus.EDITED,
                 score=scored.score,
                 score_parts=scored.parts,
-                edited_from_id=action.id,
-                prompt_hash=action.prompt_hash,
                 meta=meta,
             ),
         )

@@ -156,6 +156,30 @@ class NewNode:
     prompt_hash: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def rewrite_of(cls, original: Node, text: str, status: NodeStatus, **fields: Any) -> NewNode:
+        """The operator's text for `original`: a sibling written after the same prompt, its
+        header's fields kept (index, timestamp, question, collapsed context); `fields` add to
+        it (`meta` merges into the kept fields)."""
+        meta = {k: v for k, v in original.meta.items() if k in REWRITE_META}
+        meta.update(fields.pop("meta", {}))
+        return cls(
+            kind=original.kind,
+            text=text,
+            tick=original.tick,
+            parent_id=original.parent_id,
+            author=Author.OPERATOR,
+            status=status,
+            edited_from_id=original.id,
+            prompt_hash=original.prompt_hash,
+            meta=meta,
+            **fields,
+        )
+
+
+#: The metadata of a block's header that an operator's rewrite of it keeps.
+REWRITE_META = ("index", "timestamp", "q", "collapsed")
+
 
 @dataclass(frozen=True, slots=True)
 class Node:

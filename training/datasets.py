@@ -241,7 +241,7 @@ def iter_rows(
         elif kind is DatasetKind.DPO:
             yield from _session_dpo(store, evidence, session_id, since, chat, report)
         elif kind is DatasetKind.KTO:
-            yield from _session_kto(store, evidence, session_id, since, chat, report)
+            yield from _session_sft(store, evidence, session_id, since, chat, report, kto=True)
         else:
             assert tokenize is not None
             yield from _session_tokens(store, evidence, session_id, since, tokenize, report)
@@ -274,13 +274,24 @@ def _session_sft(
     since: float | None,
     chat: bool,
     report: BuildReport,
+    *,
+    kto: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    ids = evidence.sft_examples(since=since)
-    if not ids:
+    """SFT rows; with `kto`, KTO's: the SFT examples and the undesirable blocks, each with
+    its `label`."""
+    labels = (
+        dict(evidence.kto_examples(since=since))
+        if kto
+        else dict.fromkeys(evidence.sft_examples(since=since), True)
+    )
+    if not labels:
         return
-    view = _SessionView(store, evidence, ids, tokens=False)
-    for node, prompt in _prompted(view, ids, session_id, report):
-        yield _sft_row(prompt, node, chat)
+    view = _SessionView(store, evidence, list(labels), tokens=False)
+    for node, prompt in _prompted(view, sorted(labels), session_id, report):
+        row = _sft_row(prompt, node, chat)
+        if kto:
+            row["label"] = labels[node.id]
+        yield row
 
 
 def _session_dpo(
@@ -312,22 +323,6 @@ def _session_dpo(
         report.rows += 1
         report.unchecked += not (chosen_checked and rejected_checked)
         yield _dpo_row(prompt, chosen, rejected, pair, chat)
-
-
-def _session_kto(
-    store: TraceStore,
-    evidence: SessionEvidence,
-    session_id: int,
-    since: float | None,
-    chat: bool,
-    report: BuildReport,
-) -> Iterator[dict[str, Any]]:
-    examples = dict(evidence.kto_examples(since=since))
-    if not examples:
-        return
-    view = _SessionView(store, evidence, list(examples), tokens=False)
-    for node, prompt in _prompted(view, sorted(examples), session_id, report):
-        yield {**_sft_row(prompt, node, chat), "label": examples[node.id]}
 
 
 def _session_tokens(

@@ -83,21 +83,7 @@ def rewrite(store: TraceStore, node: Node, text: str) -> Node:
     """The operator's text for a stored block, after the fact: a sibling written after the
     same prompt (an SFT example, and preferred to the original in a DPO pair); the original
     is marked rewritten, so a bad label on it does not throw away what followed it."""
-    meta = {k: v for k, v in node.meta.items() if k in ("index", "timestamp", "q", "collapsed")}
-    written = store.add_node(
-        node.session_id,
-        NewNode(
-            kind=node.kind,
-            text=text,
-            tick=node.tick,
-            parent_id=node.parent_id,
-            author=Author.OPERATOR,
-            status=NodeStatus.APPROVED,
-            edited_from_id=node.id,
-            prompt_hash=node.prompt_hash,
-            meta=meta,
-        ),
-    )
+    written = store.add_node(node.session_id, NewNode.rewrite_of(node, text, NodeStatus.APPROVED))
     store.set_node_status(node.id, NodeStatus.EDITED)
     return written
 

@@ -773,42 +773,20 @@ def run_training(
         poll_seconds=options.poll_seconds,
         world_size=world_size,
     )
-    trainer: Any
-    if options.kind is JobKind.SFT:
-        from trl import SFTConfig, SFTTrainer
+    import trl
 
-        trainer = SFTTrainer(
-            model=model,
-            args=SFTConfig(**common),
-            train_dataset=rows,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[callback],
-        )
-    elif options.kind is JobKind.KTO:
-        from trl import KTOConfig, KTOTrainer
-
-        trainer = KTOTrainer(
-            model=model,
-            ref_model=None,  # the base with the adapter switched off
-            args=KTOConfig(**common),
-            train_dataset=rows,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[callback],
-        )
-    else:
-        from trl import DPOConfig, DPOTrainer
-
-        trainer = DPOTrainer(
-            model=model,
-            ref_model=None,  # the base with the adapter switched off
-            args=DPOConfig(**common),
-            train_dataset=rows,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[callback],
-        )
+    name = {JobKind.SFT: "SFT", JobKind.DPO: "DPO", JobKind.KTO: "KTO"}[options.kind]
+    # DPO and KTO's reference is the base with the adapter switched off (ref_model None)
+    reference = {} if options.kind is JobKind.SFT else {"ref_model": None}
+    trainer: Any = getattr(trl, f"{name}Trainer")(
+        model=model,
+        args=getattr(trl, f"{name}Config")(**common),
+        train_dataset=rows,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[callback],
+        **reference,
+    )
     if resume_from is not None:
         reporter.log(f"resuming from {resume_from.name}")
     if torch.cuda.is_available():

@@ -517,7 +517,6 @@ def current_task(main: MainScreen) -> Task | None:
 def start_held_out(main: MainScreen) -> None:
     """Pick the adapter, then run the held-out set with it and with the base."""
     from app.screens.held_out import HeldOutScreen, held_out_variants
-    from app.screens.jobs import AdapterPicker
 
     console = main.console
     problem = console.adapter_busy() or (
@@ -527,6 +526,19 @@ def start_held_out(main: MainScreen) -> None:
         main.notify(problem, severity="warning", markup=False)
         return
 
+    pick_adapter_then(
+        main,
+        "A/B on the held-out set: base model vs which adapter?",
+        lambda adapter: HeldOutScreen(main.store, adapter, held_out_variants()),
+    )
+
+
+def pick_adapter_then(main: MainScreen, title: str, screen: Callable[[str], Screen[None]]) -> None:
+    """The adapter picker; the adapter picked opens `screen(adapter)` if the model is free."""
+    from app.screens.jobs import AdapterPicker
+
+    console = main.console
+
     def picked(adapter: str | None) -> None:
         if adapter is None:
             return
@@ -534,18 +546,14 @@ def start_held_out(main: MainScreen) -> None:
         if again is not None:
             main.notify(again, severity="warning", markup=False)
             return
-        console.push_screen(HeldOutScreen(main.store, adapter, held_out_variants()))
+        console.push_screen(screen(adapter))
 
-    console.push_screen(
-        AdapterPicker(main.store, "A/B on the held-out set: base model vs which adapter?"),
-        picked,
-    )
+    console.push_screen(AdapterPicker(main.store, title), picked)
 
 
 def start_comparison(main: MainScreen) -> None:
     """Pick the adapter, then open the comparison; or say why it cannot start."""
     from agents.tasks import TaskError
-    from app.screens.jobs import AdapterPicker
 
     console = main.console
     problem = console.adapter_busy()
@@ -563,18 +571,10 @@ def start_comparison(main: MainScreen) -> None:
         )
         return
 
-    def picked(adapter: str | None) -> None:
-        if adapter is None:
-            return
-        again = console.adapter_busy()
-        if again is not None:
-            main.notify(again, severity="warning", markup=False)
-            return
-        console.push_screen(CompareScreen(main.store, task, adapter))
-
-    console.push_screen(
-        AdapterPicker(main.store, f"A/B: base model vs which adapter? · {task.title or task.name}"),
-        picked,
+    pick_adapter_then(
+        main,
+        f"A/B: base model vs which adapter? · {task.title or task.name}",
+        lambda adapter: CompareScreen(main.store, task, adapter),
     )
 
 
