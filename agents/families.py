@@ -267,7 +267,9 @@ def _compute(rng: random.Random) -> dict[str, object]:
         code = f"value = round(sum(float(row[{column!r}]) for row in rows) / len(rows), 2)"
         name = f"mean_{column}"
     else:
-        expected = float({"sum": sum, "max": max, "min": min}[which](values))
+        expected = float(
+            sum(values) if which == "sum" else max(values) if which == "max" else min(values)
+        )
         word = {"sum": "total", "max": "largest", "min": "smallest"}[which]
         asked = f"the {word} {column}" if which != "sum" else f"the total of the {column} column"
         code = f"value = {which}(int(row[{column!r}]) for row in rows)"

@@ -746,7 +746,9 @@ def run_training(
         from peft import PeftModel
 
         reporter.log(f"starting from adapter {options.start_from}")
-        model = PeftModel.from_pretrained(model, job.config["start_path"], is_trainable=True)
+        model = PeftModel.from_pretrained(  # type: ignore[assignment]
+            model, job.config["start_path"], is_trainable=True
+        )
         peft_config = None  # the adapter's own LoRA settings go on
 
     output = checkpoints_dir(job)

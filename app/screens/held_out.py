@@ -18,6 +18,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
@@ -173,7 +174,7 @@ class HeldOutScreen(Screen[None]):
         for column, key in ((2, BASE), (3, TUNED)):
             if key in row.results:
                 mark = Text("solved", style="bold green") if row.results[key] else Text("no")
-                table.update_cell_at((index, column), mark)
+                table.update_cell_at(Coordinate(index, column), mark)
         self.show_rates()
 
     def show_rates(self) -> None:
