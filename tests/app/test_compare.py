@@ -272,6 +272,12 @@ async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
             assert base.task == tuned.task == found.task.prompt
             assert base.settings["run"]["seed"] == tuned.settings["run"]["seed"]
             assert base.settings["run"]["approval"] == "auto"
+        # the end line comes once the worker's end reaches the screen
+        await until(
+            pilot,
+            lambda: "done" in plain(screen.query_one("#compare-verdict", Static)),
+            "the end line",
+        )
         verdict = plain(screen.query_one("#compare-verdict", Static))
         solved = [r.results for r in screen.rows]
         for key, name in ((BASE, "base model"), (TUNED, "adapter tuned")):
@@ -279,7 +285,6 @@ async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
             assert f"{name}  {k}/1 solved  (95% CI" in verdict
         table = screen.query_one(DataTable)
         assert table.row_count == 1
-        assert "done" in verdict
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.main
