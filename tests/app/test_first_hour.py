@@ -155,6 +155,16 @@ def tree_lines(store: TraceStore, session_id: int) -> dict[int, int]:
 
 
 @pytest.mark.slow
+def gutter(screen: str, number: int) -> bool:
+    """Whether the editor shows line `number` (its gutter's number)."""
+    return re.search(rf"▊\s*{number}\s", screen) is not None
+
+
+def typed(screen: str, number: int, line: str) -> bool:
+    """Whether the editor shows `line` as its line `number`."""
+    return re.search(rf"▊\s*{number}\s+{re.escape(line.strip())}", screen) is not None
+
+
 def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     db = tmp_path / "traces.db"
     model = str(tiny_learner_dir)
@@ -180,9 +190,17 @@ def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Pa
     # stray name, which the fix typed at the top left in (the action then failed at once).
     walk.keys("F7")
     walk.keys("BSpace")
-    for line in FIX:
+    for number, line in enumerate(FIX, 1):
         walk.keys(line, literal=True)
+        # Each line on screen before its Enter, and its Enter seen before the next line:
+        # once under load one Enter never reached the editor (two lines ran together).
+        walk.wait(f"line {number} typed", lambda s, n=number, t=line: typed(s, n, t), timeout=30)
         walk.keys("Enter")
+        try:
+            walk.wait(f"line {number + 1}", lambda s, n=number + 1: gutter(s, n), timeout=20)
+        except pytest.fail.Exception:
+            walk.keys("Enter")
+            walk.wait(f"line {number + 1}", lambda s, n=number + 1: gutter(s, n))
     walk.wait("the typed fix", lambda s: 'self.add_action("Fix the off-by-one' in s)
     walk.keys("C-s")
     walk.gone(second)
