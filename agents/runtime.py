@@ -1265,6 +1265,15 @@ STREAM_EVERY = 0.5
 STREAM_TEXT_CHARS = 400
 
 
+def session_solved(store: TraceStore, session_id: int) -> bool:
+    """Whether the session's last outcome had every one of the task's checks pass."""
+    outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
+    if not outcomes:
+        return False
+    meta = outcomes[-1].meta
+    return bool(meta.get("task_total")) and meta.get("task_passed") == meta.get("task_total")
+
+
 def task_snapshot(task: Task) -> dict[str, Any]:
     """What a session stores about its task, enough to resume it."""
     return {

@@ -40,7 +40,7 @@ from agents import blocks
 from agents.backends.offline import ensure_model
 from agents.batch import wilson
 from agents.families import Variant, family_names, split, variant
-from agents.runtime import Outcome, RunOptions, Runtime
+from agents.runtime import Outcome, RunOptions, Runtime, session_solved
 from agents.settings import Settings
 from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
 from training.jobs import JobOptions, follow, queue_job
@@ -70,8 +70,7 @@ def judge(store: TraceStore, session_id: int, found: Variant) -> dict[str, bool]
     """What one held-out session did: solved, and whether its chosen blocks stand."""
     tree = store.tree(session_id)
     outcome = [n for n in tree if n.kind == blocks.OUTCOME]
-    total = outcome[-1].meta.get("task_total", 0) if outcome else 0
-    solved = bool(total) and outcome[-1].meta.get("task_passed") == total
+    solved = session_solved(store, session_id)
     action = any(n.kind == blocks.ACTION and n.status is NodeStatus.EXECUTED for n in tree)
     ran: set[str] = set()
     for node in outcome:
@@ -156,7 +155,7 @@ def teach(
         )
 
     def solved(outcome: Outcome) -> bool:
-        return judge(store, outcome.session_id, variants[0])["solved"]
+        return session_solved(store, outcome.session_id)
 
     more = teach_sessions(variants, runtime_for, solved)
     for key in ("approved", "rejected", "edited", "rewritten", "labelled"):

@@ -44,15 +44,6 @@ def held_out_variants(per_family: int = PER_FAMILY) -> list[Variant]:
     return [variant(f, seeds[f][i]) for i in range(per_family) for f in seeds]
 
 
-def solved(store: TraceStore, session_id: int) -> bool:
-    """Whether the session's last outcome had every one of the task's checks pass."""
-    outcomes = [n for n in store.tree(session_id) if n.kind == "outcome"]
-    if not outcomes:
-        return False
-    meta = outcomes[-1].meta
-    return bool(meta.get("task_total")) and meta.get("task_passed") == meta.get("task_total")
-
-
 def rate_text(name: str, results: list[bool]) -> Text:
     low, high = wilson(sum(results), len(results))
     text = Text.assemble((f"{name}  ", "bold"), f"{sum(results)}/{len(results)} solved")
@@ -124,6 +115,7 @@ class HeldOutScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="held-out", name="held-out set")
     def run_set(self) -> None:
         from agents.runtime import Runtime as Session
+        from agents.runtime import session_solved
         from app.common import session_options
 
         try:
@@ -161,7 +153,7 @@ class HeldOutScreen(Screen[None]):
                     self.current = None
                     if self.stopping.is_set():  # cut short: not a result
                         return
-                    row.results[key] = solved(self.store, outcome.session_id)
+                    row.results[key] = session_solved(self.store, outcome.session_id)
                     self.app.call_from_thread(self.show_row, index)
         finally:
             self.running.clear()
