@@ -584,6 +584,15 @@ def variant(family: str, seed: int) -> Variant:
     )
 
 
+def parse_name(name: str) -> Variant | None:
+    """The variant a task named `name` ("fix_bug:3", as `variant` names its task) is, or
+    None when the name is no family variant's."""
+    family, colon, seed = name.removeprefix(FAMILY_PREFIX).partition(":")
+    if not colon or family not in FAMILIES or not seed.isdigit():
+        return None
+    return variant(family, int(seed))
+
+
 def load_family_task(ref: str) -> Task:
     """`family:NAME:SEED`, or `family:NAME` for a variant at random."""
     parts = ref.removeprefix(FAMILY_PREFIX).split(":")

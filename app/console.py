@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, on, work
@@ -251,6 +252,43 @@ class ConsoleApp(App[None]):
         self.show_model_state()
         if self.start_task is not None:
             self.main.start_session(self.start_task)
+        else:
+            self.offer_starter(backend)
+
+    def offer_starter(self, backend: Backend) -> None:
+        """On the offline model with no adapter in use: offer its starter adapter, or say
+        how to train one (the base writes almost no valid block)."""
+        from agents.backends.offline import is_offline
+        from storage import NotFoundError
+        from training.starter import NAME
+
+        if backend.active_adapter or not is_offline(backend.model):
+            return
+        try:
+            adapter = self.store.get_adapter(NAME)
+        except NotFoundError:
+            self.notify(
+                "The offline model is a small base model: it writes few valid blocks until "
+                "taught. `agent-console train starter` trains its starter adapter from the "
+                "teaching sessions that ship with the project.",
+                title="starter adapter",
+                timeout=20,
+                markup=False,
+            )
+            return
+        if Path(adapter.base_model).resolve() != Path(backend.model).resolve():
+            return
+        from app.screens.jobs import ConfirmScreen
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Load the starter adapter {NAME!r}?",
+                "Trained from the teaching sessions that ship with the project; without it "
+                "the offline base model writes almost no valid block. The palette's "
+                "'adapter' commands switch back at any time.",
+            ),
+            lambda yes: self.switch_adapter(NAME) if yes else None,
+        )
 
     def model_failed(self, reason: str) -> None:
         self.model_problem = reason

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agents.settings import Settings
     from storage import Adapter, Job, TraceStore
 
-TRAIN_COMMANDS = ("sft", "dpo", "kto", "status", "cancel", "resume", "logs")
+TRAIN_COMMANDS = ("sft", "dpo", "kto", "starter", "status", "cancel", "resume", "logs")
 
 
 def fail(message: str, code: int) -> int:
@@ -42,7 +42,7 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "(`agent-console adapters`; use it with --adapter NAME).",
     )
     jobs = train.add_subparsers(
-        dest="train_command", metavar="{sft,dpo,kto,status,cancel,resume,logs}"
+        dest="train_command", metavar="{sft,dpo,kto,starter,status,cancel,resume,logs}"
     )
     for kind, what in (
         ("sft", "supervised fine-tuning on good, approved and operator-edited blocks"),
@@ -99,8 +99,30 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
             "preference tuning on top of supervised tuning)",
         )
         job.add_argument(
+            "--labels-from",
+            metavar="DB",
+            help="train on the labels of another trace store (a SQLite file; read from a copy)",
+        )
+        job.add_argument(
             "--follow", action="store_true", help="show a progress bar until the job ends"
         )
+    starter = jobs.add_parser(
+        "starter",
+        help="the starter adapter for the offline model, from the teaching sessions that "
+        "ship with the project",
+        description="Queue an SFT job on the starter sessions (training/starter.py: a "
+        "scripted operator teaching the offline model on task-family variants, none held "
+        "out) and register the adapter as `starter`. The console offers to load it.",
+    )
+    starter.add_argument(
+        "--base", metavar="MODEL", help="base model (default: the offline model, Gemma 3 270M)"
+    )
+    starter.add_argument(
+        "--name", default="starter", help="the adapter's name (default: %(default)s)"
+    )
+    starter.add_argument(
+        "--follow", action="store_true", help="show a progress bar until the job ends"
+    )
     status = jobs.add_parser(
         "status", help="the jobs, or one job in detail", description="List training jobs."
     )
@@ -150,7 +172,8 @@ def run_train(args: argparse.Namespace, settings: Settings) -> int:
     command = args.train_command
     if command is None:
         return fail(
-            "train needs a command: sft, dpo, kto, status, cancel, resume or logs", exit_codes.USAGE
+            "train needs a command: sft, dpo, kto, starter, status, cancel, resume or logs",
+            exit_codes.USAGE,
         )
     try:
         store = TraceStore(settings.database())
@@ -158,7 +181,7 @@ def run_train(args: argparse.Namespace, settings: Settings) -> int:
         return fail(str(exc), exit_codes.STORE)
     with store:
         try:
-            if command in ("sft", "dpo", "kto"):
+            if command in ("sft", "dpo", "kto", "starter"):
                 return queue(store, args, settings)
             from training.jobs import reap_dead_jobs
 
@@ -200,6 +223,8 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
         queue_job,
     )
 
+    if args.train_command == "starter":
+        return queue_starter(store, args)
     since = parse_since(args.since) if args.since is not None else None
     named = args.base or settings.model.strip()
     options = JobOptions(
@@ -213,6 +238,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
         qlora=args.qlora,
         max_length=args.max_length,
         start_from=args.on,
+        labels_from=args.labels_from,
     )
     if options.qlora:
         import importlib.util
@@ -225,17 +251,44 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
             )
     try:
         if not named:  # the default model: converted first where it is the offline one
-            check_enough_data(store, options.kind, options.since)
+            if options.labels_from is None:
+                check_enough_data(store, options.kind, options.since)
             options = replace(options, base_model=default_model(_stderr_line))
         job = queue_job(store, options, data_dir=data_dir())
     except NotEnoughDataError as exc:
         return fail(f"too little data: {exc}", exit_codes.USAGE)
     except BackendError as exc:  # the offline model could not be prepared
         return fail(str(exc), exit_codes.MODEL)
+    return queued(store, job, follow=args.follow)
+
+
+def queue_starter(store: TraceStore, args: argparse.Namespace) -> int:
+    from agents.backends import BackendError
+    from agents.backends.offline import ensure_model
+    from agents.settings import data_dir
+    from training import starter
+    from training.jobs import queue_job
+    from training.teach import HeldOutError
+
+    try:
+        variants = starter.check_sessions()
+        base = args.base or str(ensure_model(_stderr_line))
+        job = queue_job(store, starter.job_options(base, name=args.name), data_dir=data_dir())
+    except HeldOutError as exc:
+        return fail(f"the starter sessions hold a held-out variant: {exc}", exit_codes.USAGE)
+    except BackendError as exc:
+        return fail(str(exc), exit_codes.MODEL)
+    print(f"the starter sessions: {len(variants)} teaching variants, none held out")
+    return queued(store, job, follow=args.follow)
+
+
+def queued(store: TraceStore, job: Job, *, follow: bool) -> int:
+    from storage import JobKind
+
     rows = job.config.get("rows_at_queue")
-    noun = "pairs" if options.kind is JobKind.DPO else "examples"
+    noun = "pairs" if job.kind is JobKind.DPO else "examples"
     print(f"job {job.id} queued: {job.kind.value} on {rows} {noun} -> adapter {job.name!r}")
-    if not args.follow:
+    if not follow:
         print(
             f"follow it with `agent-console train status {job.id}` or "
             f"`agent-console train logs {job.id} --follow`"

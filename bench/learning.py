@@ -41,28 +41,28 @@ from agents.backends.offline import ensure_model
 from agents.batch import wilson
 from agents.families import Variant, family_names, split, variant
 from agents.runtime import Outcome, RunOptions, Runtime, session_solved
-from agents.settings import Settings
 from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
 from training.jobs import JobOptions, follow, queue_job
-from training.teach import ScriptedOperator, Tally, names_the_task, teach_sessions
+from training.teach import (
+    ScriptedOperator,
+    Tally,
+    names_the_task,
+    session_options,
+    teach_sessions,
+    teaching_order,
+)
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "learning.json"
 
 
-def session_options(backend: Any, args: argparse.Namespace, seed: int, approval: str) -> RunOptions:
-    # a teaching session's action gets a second try: the operator's rewrite after a reject
-    attempts = args.attempts if approval == "auto" else max(2, args.attempts)
-    return RunOptions.from_settings(
-        Settings(),
+def options(backend: Any, args: argparse.Namespace, seed: int, teaching: bool) -> RunOptions:
+    return session_options(
         backend,
-        approval=approval,
-        max_ticks=1,
-        memory=False,
-        attempts=attempts,
-        candidates=args.candidates,
-        escalation=(),
-        block_tokens=args.block_tokens,
         seed=seed,
+        teaching=teaching,
+        attempts=args.attempts,
+        candidates=args.candidates,
+        block_tokens=args.block_tokens,
     )
 
 
@@ -113,7 +113,7 @@ def held_out(
             store,
             backend,
             found.task,
-            session_options(backend, args, found.seed, "auto"),
+            options(backend, args, found.seed, teaching=False),
             sessions_dir=work / "sessions",
         )
         outcome = runtime.run()
@@ -149,7 +149,7 @@ def teach(
             store,
             backend,
             found.task,
-            session_options(backend, args, 1000 + found.seed, "ask"),
+            options(backend, args, 1000 + found.seed, teaching=True),
             sessions_dir=work / "sessions",
             asker=operator,
         )
@@ -194,13 +194,6 @@ def train(
     }
 
 
-def teaching_order(families: list[str], count: int) -> list[Variant]:
-    """The first `count` teaching variants, families in turn (never a held-out one)."""
-    seeds = {family: split(family)[0] for family in families}
-    order = [variant(f, seeds[f][i]) for i in range(len(seeds[families[0]])) for f in families]
-    return order[:count]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", default="fix_bug,compute,transform")
@@ -215,6 +208,8 @@ def main() -> None:
     parser.add_argument("--lr", default="sft=2e-4,dpo=5e-5,kto=5e-5")
     parser.add_argument("--max-length", type=int, default=3072)
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
+    parser.add_argument("--skip-base", action="store_true", help="teach and train only")
+    parser.add_argument("--work", type=Path, help="keep the store and adapters in this folder")
     args = parser.parse_args()
     args.families = args.families.split(",")
     args.lr = {k: float(v) for k, v in (p.split("=") for p in args.lr.split(","))}
@@ -230,11 +225,13 @@ def main() -> None:
     results["args"]["model"] = "gemma-3-270m (offline)"
     backend = TransformersBackend(str(args.model))
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         store = TraceStore(work / "traces.db")
-        base = held_out(backend, store, measured, args, work / "base")
-        results["base"] = base
-        print(f"| base | 0 | {json.dumps(base)} |", flush=True)
+        if not args.skip_base:
+            base = held_out(backend, store, measured, args, work / "base")
+            results["base"] = base
+            print(f"| base | 0 | {json.dumps(base)} |", flush=True)
         if args.base_only:
             points = []
         tally = Tally()

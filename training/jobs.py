@@ -104,6 +104,11 @@ class JobOptions:
     poll_seconds: float = 1.5
     #: a registered adapter whose weights this job starts from (DPO on top of SFT), by name
     start_from: str | None = None
+    #: another trace store (a SQLite file) whose labels the job trains on instead of its
+    #: own store's: shared teaching sets, the starter sessions (training/starter.py)
+    labels_from: str | None = None
+    #: only these sessions' labels (None: every session's); the learning bench's points
+    sessions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -257,6 +262,29 @@ def check_enough_data(store: TraceStore, kind: JobKind, since: float | None) -> 
     return rows
 
 
+def copy_labels(path: str, data_dir: Path) -> Path:
+    """A private copy of the trace store at `path` for a job to read its labels from: the
+    original (shipped with the project, or someone else's) is never opened for writing."""
+    import shutil
+    import sqlite3
+    import uuid
+
+    original = Path(path).expanduser()
+    if not original.is_file():
+        raise JobError(f"--labels-from {path}: no such file")
+    folder = Path(data_dir).expanduser() / "labels"
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = (folder / f"{original.stem}-{uuid.uuid4().hex[:8]}.db").resolve()
+    shutil.copyfile(original, copy)
+    try:
+        with contextlib.closing(sqlite3.connect(copy)) as conn:
+            conn.execute("select count(*) from session").fetchone()
+    except sqlite3.DatabaseError as exc:
+        copy.unlink(missing_ok=True)
+        raise JobError(f"--labels-from {path}: not a trace store ({exc})") from None
+    return copy
+
+
 def check_name_free(store: TraceStore, name: str, *, job_id: int | None = None) -> None:
     """JobError if an adapter or another job already has `name`."""
     try:
@@ -294,7 +322,14 @@ def queue_job(
 ) -> Job:
     """Check there is data and the name is free, create the job row, start its worker;
     returns the job (with the worker's pid) at once. JobError for a bad request."""
-    rows = check_enough_data(store, options.kind, options.since)
+    source = copy_labels(options.labels_from, Path(data_dir)) if options.labels_from else None
+    if source is None:
+        rows = check_enough_data(store, options.kind, options.since)
+    else:
+        from storage import TraceStore
+
+        with TraceStore(source) as other:
+            rows = check_enough_data(other, options.kind, options.since)
     base = resolve_base_model(options.base_model)
     if options.name is not None:
         check_name_free(store, options.name)
@@ -317,6 +352,7 @@ def queue_job(
         data_dir=str(Path(data_dir).expanduser().resolve()),
         host=socket.gethostname(),
         rows_at_queue=rows,
+        labels_db=str(source) if source else None,
     )
     placeholder = options.name or f"{options.kind.value}-pending-{os.getpid()}-{time.time_ns()}"
     job = store.create_job(options.kind, placeholder, base_model=base, config=config)

@@ -27,12 +27,16 @@ from typing import TYPE_CHECKING
 
 from agents.approval import ApprovalRequest, Decision
 from agents.blocks import registered_titles
-from agents.families import Variant, split
+from agents.families import Variant, split, variant
 from storage import Author, LabelScope, LabelValue, NewNode, Node, NodeStatus
 
 if TYPE_CHECKING:
-    from agents.runtime import Outcome, Runtime
+    from agents.backends import Backend
+    from agents.runtime import Outcome, RunOptions, Runtime
     from storage import TraceStore
+
+#: the families a teaching set is drawn from (the fourth, text_edit, is never taught)
+TAUGHT = ("fix_bug", "compute", "transform")
 
 
 class HeldOutError(ValueError):
@@ -174,3 +178,40 @@ def teach_sessions(
         tally.sessions.append(outcome.session_id)
         operator.review(runtime.store, outcome.session_id, solved(outcome))
     return tally
+
+
+def teaching_order(families: Iterable[str], count: int) -> list[Variant]:
+    """The first `count` teaching variants, families in turn (never a held-out one)."""
+    names = list(families)
+    seeds = {family: split(family)[0] for family in names}
+    order = [variant(f, seeds[f][i]) for i in range(len(seeds[names[0]])) for f in names]
+    return order[:count]
+
+
+def session_options(
+    backend: Backend,
+    *,
+    seed: int,
+    teaching: bool,
+    attempts: int = 1,
+    candidates: int = 2,
+    block_tokens: int = 192,
+) -> RunOptions:
+    """One tick of a family variant, as the learning bench and the starter sessions run it:
+    `teaching` asks the operator (and gives the action a second try, for the rewrite
+    after a reject); otherwise approval is automatic."""
+    from agents.runtime import RunOptions
+    from agents.settings import Settings
+
+    return RunOptions.from_settings(
+        Settings(),
+        backend,
+        approval="ask" if teaching else "auto",
+        max_ticks=1,
+        memory=False,
+        attempts=max(2, attempts) if teaching else attempts,
+        candidates=candidates,
+        escalation=(),
+        block_tokens=block_tokens,
+        seed=seed,
+    )

@@ -52,11 +52,14 @@ def model_folder(root: Path | None = None) -> Path:
     return (root or models_dir()) / OFFLINE_MODEL
 
 
+def is_offline(model: str) -> bool:
+    """Whether `model` is a conversion of the offline model."""
+    return Path(model).name == OFFLINE_MODEL and (Path(model) / STAMP).is_file()
+
+
 def model_label(model: str) -> str:
     """How the console names `model`: the offline model by its name, others as given."""
-    if Path(model).name == OFFLINE_MODEL and (Path(model) / STAMP).is_file():
-        return f"{OFFLINE_MODEL} (offline, base)"
-    return model
+    return f"{OFFLINE_MODEL} (offline, base)" if is_offline(model) else model
 
 
 def package_available() -> bool:

@@ -78,7 +78,7 @@ _DTYPES = {
     "half": "float16",
 }
 #: On a CPU with native bf16, models at least this big run in bf16 (see `_pick_dtype`).
-_BF16_CPU_MIN_PARAMETERS = 100_000_000
+BF16_CPU_MIN_PARAMETERS = 100_000_000
 #: Compiled grammars kept per backend (each is small; the runtime uses a handful).
 _GRAMMAR_CACHE_SIZE = 64
 #: Below this a tokenizer's `model_max_length` is a real limit; above it, a placeholder.
@@ -92,7 +92,7 @@ def _env_offline() -> bool:
     return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
-def _cpu_has_bf16(torch: Any) -> bool:
+def cpu_has_bf16(torch: Any) -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX tiles)."""
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         check = getattr(getattr(torch, "cpu", None), probe, None)
@@ -367,10 +367,10 @@ class TransformersBackend(Backend):
         the evaluator relies on."""
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device == "cpu" and _cpu_has_bf16(torch):
+        if device == "cpu" and cpu_has_bf16(torch):
             saved = str(getattr(config, "dtype", None) or "float32").removeprefix("torch.")
             if saved in ("float32", "bfloat16") and (
-                _parameter_count(torch, config) >= _BF16_CPU_MIN_PARAMETERS
+                _parameter_count(torch, config) >= BF16_CPU_MIN_PARAMETERS
             ):
                 return torch.bfloat16
         return torch.float32

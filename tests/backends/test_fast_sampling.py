@@ -349,14 +349,14 @@ def test_big_models_take_bf16_only_where_the_cpu_has_it(
         {**backend._base.config.to_dict(), "vocab_size": 262144, "hidden_size": 512}
     )
     pick = TransformersBackend._pick_dtype
-    monkeypatch.setattr(module, "_cpu_has_bf16", lambda torch: True)
+    monkeypatch.setattr(module, "cpu_has_bf16", lambda torch: True)
     assert pick(torch, "cpu", big) == torch.bfloat16
     assert pick(torch, "cpu", backend._base.config) == torch.float32
     big.dtype = torch.float16  # bf16 would drop 3 of its weights' 10 mantissa bits
     assert pick(torch, "cpu", big) == torch.float32
     big.dtype = torch.bfloat16
     assert pick(torch, "mps", big) == torch.float32
-    monkeypatch.setattr(module, "_cpu_has_bf16", lambda torch: False)
+    monkeypatch.setattr(module, "cpu_has_bf16", lambda torch: False)
     assert pick(torch, "cpu", big) == torch.float32
 
 

@@ -584,3 +584,81 @@ def test_qlora_is_refused_without_cuda_or_bitsandbytes() -> None:
         pick_settings("sft", shape, Hardware.cpu(), max_length=512, lora_r=8, qlora=True)
     with pytest.raises(TrainingError, match="--qlora needs bitsandbytes"):
         pick_settings("sft", shape, H100, max_length=512, lora_r=8, qlora=True)
+
+
+def test_a_cpu_with_native_bf16_trains_big_enough_models_in_bf16() -> None:
+    small = ModelShape.from_config(QWEN2_05B)
+    native = Hardware(device="cpu", bf16=True, cpu_count=2)
+    settings = pick_settings("sft", small, native, max_length=2048, lora_r=16)
+    # bf16 base weights (peft keeps the LoRA weights in float32)
+    assert settings.dtype == "bfloat16" and settings.bf16 and not settings.fp16
+    assert "bf16 weights" in " ".join(settings.notes)
+    tiny = ModelShape.from_config({**QWEN2_05B, "num_hidden_layers": 1, "hidden_size": 64,
+                                   "intermediate_size": 128, "vocab_size": 1000})  # fmt: skip
+    assert not pick_settings("sft", tiny, native, max_length=512, lora_r=8).bf16
+    assert not pick_settings("sft", small, Hardware.cpu(2), max_length=512, lora_r=8).bf16
+
+
+def test_rows_longer_than_max_length_keep_the_prompts_end_and_the_whole_completion(
+    tiny_model_dir: Path,
+) -> None:
+    import datasets
+    from transformers import AutoTokenizer
+
+    from training.trainer import fit_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    context = " ".join(f"line {n} of the context" for n in range(200))
+    rows = datasets.Dataset.from_list(
+        [
+            {"prompt": context + " the block's header", "completion": "the block itself"},
+            {"prompt": "a short prompt", "completion": "a short block"},
+        ]
+    )
+    fitted, cut = fit_prompts(rows, tokenizer, max_length=64)
+    assert cut == 1
+    long, short = fitted[0], fitted[1]
+    assert short == {"prompt": "a short prompt", "completion": "a short block"}
+    assert long["completion"] == "the block itself"
+    assert long["prompt"].endswith("the block's header") and "line 0 " not in long["prompt"]
+    ids = tokenizer(long["prompt"] + long["completion"], add_special_tokens=False)["input_ids"]
+    assert len(ids) <= 64
+
+
+def test_the_cpu_sft_loss_equals_trls_with_the_head_on_the_completion_only(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import datasets
+    import torch
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.trainer import completion_loss, lora_config
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = datasets.Dataset.from_list(
+        [
+            {"prompt": "the task: fix the bug in the package " * 4, "completion": "fixed it"},
+            {"prompt": "a shorter prompt", "completion": "a longer completion of a few words"},
+        ]
+    )
+    trainer = trl.SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        args=trl.SFTConfig(
+            output_dir=str(tmp_path), per_device_train_batch_size=2, use_cpu=True,
+            report_to="none", max_length=256, disable_tqdm=True,
+        ),
+        train_dataset=rows,
+        processing_class=tokenizer,
+        peft_config=lora_config(8),
+    )  # fmt: skip
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert (batch["labels"] == -100).any() and (batch["labels"] != -100).any()
+    with torch.no_grad():
+        theirs = trainer.compute_loss(trainer.model, dict(batch))
+        ours = completion_loss(trainer.model, dict(batch))
+        # the loss is on the completion: counting the prompt's tokens would differ
+        wrong = dict(batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100))
+        every = completion_loss(trainer.model, wrong)
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-4)
+    assert float(every) != pytest.approx(float(theirs), rel=1e-4)

@@ -1,0 +1,147 @@
+"""The starter adapter for the offline model (Gemma 3 270M base).
+
+The base model writes almost no valid block from the project's prompts. The starter
+sessions are what the learning bench's scripted operator (`training.teach`) does on the
+first teaching variants of the taught families: it approves, rejects with a reason,
+rewrites and labels, through the runtime's approval gate, on the offline model. They ship
+with the project as a trace store (`SESSIONS`, one small SQLite file); `agent-console train
+starter` trains the starter adapter from its labels (an SFT job reading a private copy,
+`JobOptions.labels_from`), and on the offline model the console offers to load it.
+
+Regenerate the file (about two minutes a session on a 2-core CPU):
+
+    .venv/bin/python -m training.starter [--sessions 20]
+
+Held-out variants are never in it: `check_sessions` refuses a store with one, both when
+the file is made and before a job trains on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agents.families import Variant, parse_name
+from training.teach import TAUGHT, HeldOutError, check_teaching
+
+if TYPE_CHECKING:
+    from storage import TraceStore
+    from training.jobs import JobOptions
+    from training.teach import Tally
+
+#: the shipped teaching sessions (a trace store)
+SESSIONS = Path(__file__).with_name("starter_sessions.db")
+#: the adapter's name in the registry
+NAME = "starter"
+#: teaching sessions in the shipped file
+COUNT = 20
+#: how the starter adapter is trained (the learning bench's SFT settings)
+EPOCHS = 3.0
+MAX_LENGTH = 3072
+
+
+def session_variants(store: TraceStore) -> list[Variant]:
+    """The family variant each session of `store` ran; HeldOutError for a session that
+    ran no family variant or a held-out one."""
+    found = []
+    for session in store.list_sessions(limit=1_000_000):
+        task = session.settings.get("task")
+        name = task.get("name") if isinstance(task, dict) else None
+        parsed = parse_name(str(name or ""))
+        if parsed is None:
+            raise HeldOutError(f"session {session.id} ran {name!r}, not a family variant")
+        found.append(parsed)
+    return check_teaching(found)
+
+
+def check_sessions(path: Path | str = SESSIONS) -> list[Variant]:
+    """The variants of the sessions in the trace store at `path`, read from a copy (the
+    shipped file is never opened for writing); HeldOutError if any is held out."""
+    from storage import TraceStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "sessions.db"
+        copy.write_bytes(Path(path).read_bytes())
+        with TraceStore(copy) as store:
+            return session_variants(store)
+
+
+def job_options(base_model: str, *, name: str = NAME) -> JobOptions:
+    """The starter adapter's training job on `base_model`."""
+    from storage import JobKind
+    from training.jobs import JobOptions
+
+    return JobOptions(
+        kind=JobKind.SFT,
+        base_model=base_model,
+        name=name,
+        epochs=EPOCHS,
+        max_length=MAX_LENGTH,
+        labels_from=str(SESSIONS),
+    )
+
+
+def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -> Tally:
+    """Teach `count` sessions on the offline model into a fresh trace store at `out`."""
+    from agents.backends.offline import ensure_model
+    from agents.backends.transformers_backend import TransformersBackend
+    from agents.runtime import Runtime, session_solved
+    from storage import TraceStore
+    from training.teach import session_options, teach_sessions, teaching_order
+
+    model = ensure_model(say)
+    backend = TransformersBackend(str(model))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        work = Path(tmp)
+        staging = work / "sessions.db"
+        with TraceStore(staging) as store:
+
+            def runtime_for(found: Variant, operator: object) -> Runtime:
+                say(f"teaching {found.family}:{found.seed}")
+                return Runtime(
+                    store,
+                    backend,
+                    found.task,
+                    session_options(backend, seed=1000 + found.seed, teaching=True),
+                    sessions_dir=work / "work",
+                    asker=operator,  # type: ignore[arg-type]
+                )
+
+            tally = teach_sessions(
+                teaching_order(TAUGHT, count),
+                runtime_for,
+                lambda outcome: session_solved(store, outcome.session_id),
+            )
+            session_variants(store)
+        backend.close()
+        with contextlib.closing(sqlite3.connect(staging)) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")
+            conn.execute("VACUUM")
+        os.replace(staging, out)
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.starter",
+        description="Regenerate the starter sessions: the scripted operator teaches the "
+        "offline model on the first teaching variants of the taught families.",
+    )
+    parser.add_argument("--sessions", type=int, default=COUNT, help=f"(default {COUNT})")
+    parser.add_argument("--out", type=Path, default=SESSIONS, help="the trace store to write")
+    args = parser.parse_args(argv)
+    tally = make(args.out, args.sessions)
+    print(f"{args.out}: {len(tally.sessions)} sessions; operator {tally.as_json()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
