@@ -658,7 +658,9 @@ def test_the_cpu_sft_loss_equals_trls_with_the_head_on_the_completion_only(
         theirs = trainer.compute_loss(trainer.model, dict(batch))
         ours = completion_loss(trainer.model, dict(batch))
         # the loss is on the completion: counting the prompt's tokens would differ
-        wrong = dict(batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100))
+        wrong = dict(
+            batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        )
         every = completion_loss(trainer.model, wrong)
     assert float(ours) == pytest.approx(float(theirs), rel=1e-4)
     assert float(every) != pytest.approx(float(theirs), rel=1e-4)
