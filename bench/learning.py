@@ -165,7 +165,13 @@ def teach(
 
 
 def train(
-    backend: Any, store: TraceStore, kind: JobKind, name: str, args: argparse.Namespace, work: Path
+    backend: Any,
+    store: TraceStore,
+    kind: JobKind,
+    name: str,
+    args: argparse.Namespace,
+    work: Path,
+    sessions: list[int] | None = None,
 ) -> dict[str, Any]:
     """Train with the product's job, load the adapter; seconds from queueing to in use."""
     started = time.perf_counter()
@@ -177,6 +183,9 @@ def train(
         learning_rate=args.lr.get(kind.value),
         max_length=args.max_length,
         save_steps=10_000,
+        start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1]) or None,
+        labels_from=str(args.teaching_from) if args.teaching_from else None,
+        sessions=tuple(sessions) if sessions else None,
     )
     job = queue_job(store, options, data_dir=work / "data")
     for _ in follow(store, job.id, poll=1.0):
@@ -206,13 +215,25 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", default="sft=2e-4,dpo=5e-5,kto=5e-5")
+    parser.add_argument(
+        "--start-from",
+        default="dpo=sft-N",
+        help="kind=adapter each kind starts from (N: the point); empty: from the base",
+    )
     parser.add_argument("--max-length", type=int, default=3072)
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
     parser.add_argument("--skip-base", action="store_true", help="teach and train only")
     parser.add_argument("--work", type=Path, help="keep the store and adapters in this folder")
+    parser.add_argument(
+        "--teaching-from",
+        type=Path,
+        help="train on the first N sessions of this store (the starter sessions) instead of "
+        "teaching anew",
+    )
     args = parser.parse_args()
     args.families = args.families.split(",")
     args.lr = {k: float(v) for k, v in (p.split("=") for p in args.lr.split(","))}
+    args.start_from = dict(p.split("=") for p in args.start_from.split(",") if p)
     args.model = ensure_model(print)
     points = [int(p) for p in args.teach.split(",")]
     kinds = [JobKind(k) for k in args.kinds.split(",")]
@@ -238,13 +259,23 @@ def main() -> None:
         order = teaching_order(args.families, max(points, default=0))
         assert not {(v.family, v.seed) for v in order} & {(v.family, v.seed) for v in measured}
         taught = 0
+        stored: list[int] = []
+        if args.teaching_from:
+            with TraceStore(args.teaching_from) as source:
+                stored = sorted(source.session_ids())
+                names = [source.get_session(i).settings["task"]["name"] for i in stored]
+            assert names[: len(order)] == [f"{v.family}:{v.seed}" for v in order], names
         for point in points:
             backend.use_adapter(None)
-            teach(backend, store, order[taught:point], args, work / f"teach{point}", tally)
+            if stored:
+                with TraceStore(args.teaching_from) as source:
+                    tally = Tally.read(source, stored[:point])
+            else:
+                teach(backend, store, order[taught:point], args, work / f"teach{point}", tally)
             taught = point
             for kind in kinds if point == points[-1] else [JobKind.SFT]:
                 name = f"{kind.value}-{point}"
-                trained = train(backend, store, kind, name, args, work)
+                trained = train(backend, store, kind, name, args, work, stored[:point])
                 after = held_out(backend, store, measured, args, work / name)
                 row = {"teaching": point, "operator": tally.as_json(), **trained, **after}
                 results[name] = row

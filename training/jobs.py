@@ -265,7 +265,6 @@ def check_enough_data(store: TraceStore, kind: JobKind, since: float | None) -> 
 def copy_labels(path: str, data_dir: Path) -> Path:
     """A private copy of the trace store at `path` for a job to read its labels from: the
     original (shipped with the project, or someone else's) is never opened for writing."""
-    import shutil
     import sqlite3
     import uuid
 
@@ -275,14 +274,28 @@ def copy_labels(path: str, data_dir: Path) -> Path:
     folder = Path(data_dir).expanduser() / "labels"
     folder.mkdir(parents=True, exist_ok=True)
     copy = (folder / f"{original.stem}-{uuid.uuid4().hex[:8]}.db").resolve()
-    shutil.copyfile(original, copy)
     try:
+        copy_sqlite(original, copy)
         with contextlib.closing(sqlite3.connect(copy)) as conn:
             conn.execute("select count(*) from session").fetchone()
     except sqlite3.DatabaseError as exc:
         copy.unlink(missing_ok=True)
         raise JobError(f"--labels-from {path}: not a trace store ({exc})") from None
     return copy
+
+
+def copy_sqlite(source: Path, copy: Path) -> None:
+    """A consistent copy of the SQLite file `source` (its WAL included), opened read-only:
+    the source is never written, not even a WAL file beside it."""
+    import sqlite3
+
+    with (
+        contextlib.closing(
+            sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
+        ) as src,
+        contextlib.closing(sqlite3.connect(copy)) as dst,
+    ):
+        src.backup(dst)
 
 
 def check_name_free(store: TraceStore, name: str, *, job_id: int | None = None) -> None:

@@ -65,10 +65,11 @@ def check_sessions(path: Path | str = SESSIONS) -> list[Variant]:
     """The variants of the sessions in the trace store at `path`, read from a copy (the
     shipped file is never opened for writing); HeldOutError if any is held out."""
     from storage import TraceStore
+    from training.jobs import copy_sqlite
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "sessions.db"
-        copy.write_bytes(Path(path).read_bytes())
+        copy_sqlite(Path(path), copy)
         with TraceStore(copy) as store:
             return session_variants(store)
 

@@ -58,6 +58,27 @@ class Tally:
     def actions(self) -> int:
         return self.approved + self.rejected + self.edited + self.rewritten + self.labelled
 
+    @classmethod
+    def read(cls, store: TraceStore, session_ids: Iterable[int]) -> Tally:
+        """The operator's actions in stored teaching sessions: verdicts at the gate, blocks
+        rewritten after the fact (operator-written, no verdict) and labels."""
+        from storage import Verdict
+
+        tally = cls()
+        for session_id in session_ids:
+            tally.sessions.append(session_id)
+            tree = store.tree(session_id)
+            verdicts = [d.verdict for d in store.decisions_for(n.id for n in tree)]
+            tally.approved += verdicts.count(Verdict.APPROVE)
+            tally.rejected += verdicts.count(Verdict.REJECT)
+            tally.edited += verdicts.count(Verdict.EDIT)
+            tally.rewritten += sum(
+                n.author is Author.OPERATOR and n.kind in ("orientation", "evaluation")
+                for n in tree
+            )
+            tally.labelled += len(store.session_labels(session_id))
+        return tally
+
     def as_json(self) -> dict[str, int]:
         return {
             "sessions": len(self.sessions),

@@ -231,3 +231,52 @@ def test_a_trained_adapter_is_used_by_a_headless_session(
         assert conn.execute("select adapter from session order by id desc").fetchone() == (
             "prefer",
         )
+
+
+def test_train_on_another_stores_labels_leaves_that_store_untouched(
+    db: Path, tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hashlib
+
+    mine = tmp_path / "mine.db"
+    TraceStore(mine).close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    code = run(
+        ["--db", str(mine), "train", "sft", "--base", str(tiny_model_dir), "--epochs", "1",
+         "--lora-r", "8", "--max-length", "256", "--labels-from", str(db), "--follow"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == exit_codes.OK, out
+    assert "job 1 queued: sft on 4 examples -> adapter 'sft-1'" in out
+    assert out.rstrip().endswith("job 1 completed")
+    with TraceStore(mine) as store:
+        assert store.get_adapter("sft-1").metrics["dataset"]["rows"] == 4
+        assert store.list_sessions() == []  # the labels were read, not imported
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    with TraceStore(db) as store:
+        assert store.list_jobs() == []
+
+    assert run(["--db", str(mine), "train", "sft", "--labels-from", str(tmp_path / "no.db"),
+                "--base", str(tiny_model_dir)]) == exit_codes.USAGE  # fmt: skip
+    line = one_line(capsys)
+    assert "--labels-from" in line and "no such file" in line
+
+
+def test_train_starter_queues_a_job_on_a_copy_of_the_shipped_sessions(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training import starter
+
+    mine = tmp_path / "mine.db"
+    code = run(["--db", str(mine), "train", "starter", "--base", str(tiny_model_dir)])
+    out = capsys.readouterr().out
+    assert code == exit_codes.OK, out
+    assert f"the starter sessions: {starter.COUNT} teaching variants, none held out" in out
+    assert re.search(r"job 1 queued: sft on \d+ examples -> adapter 'starter'", out), out
+    with TraceStore(mine) as store:
+        job = store.get_job(1)
+        copy = Path(job.config["labels_db"])
+        assert copy.is_file() and copy != starter.SESSIONS.resolve()
+        assert job.config["labels_from"] == str(starter.SESSIONS)
+        assert job.config["rows_at_queue"] >= starter.COUNT
+    assert run(["--db", str(mine), "train", "cancel", "1"]) == exit_codes.OK
