@@ -16,9 +16,10 @@ Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--ki
   same seeds. At the last count, each kind in `--kinds`. The time from the last label to
   the adapter in use is reported.
 
-`--base-only` stops after the base. Training the 270M model on a CPU is slow (about 20
-tokens/s in float32 on one core: a teaching set of 20 sessions is hours), so the trained
-half wants a GPU.
+`--base-only` stops after the base; `--skip-base` teaches and trains only.
+`--teaching-from training/starter_sessions.db` takes the first N stored teaching sessions
+(the starter sessions, made by the same scripted operator) for each point instead of
+teaching anew, and counts the operator's actions in them.
 
 Figures go to stdout as Markdown rows and to .bench/learning.json.
 """
