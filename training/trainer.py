@@ -500,8 +500,14 @@ def _completion_compute_loss(
     return_outputs: bool = False,
     num_items_in_batch: Any = None,
 ) -> Any:
-    """`compute_loss` for an SFT trainer on a CPU (see `completion_loss`)."""
+    """`compute_loss` for an SFT trainer on a CPU (see `completion_loss`); it counts the
+    tokens trained on as trl does (the progress events' tokens/s)."""
     loss = completion_loss(model, inputs, num_items_in_batch)
+    if model.training:
+        mask = inputs.get("attention_mask")
+        seen = int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
+        self._total_train_tokens += seen
+        self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
     return (loss, None) if return_outputs else loss
 
 

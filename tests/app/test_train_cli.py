@@ -179,7 +179,10 @@ def test_cancel_and_resume_from_the_command_line(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train"], "train needs a command: sft, dpo, kto, status, cancel, resume or logs"),
+        (
+            ["train"],
+            "train needs a command: sft, dpo, kto, starter, status, cancel, resume or logs",
+        ),
         (["train", "status", "abc"], "'abc' is not a job id"),
         (["train", "cancel", "99"], "no job 99 in"),
         (["train", "resume", "0"], "'0' is not a job id"),
