@@ -43,7 +43,7 @@ from agents.batch import wilson
 from agents.families import Variant, family_names, split, variant
 from agents.runtime import Outcome, RunOptions, Runtime, session_solved
 from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
-from training.jobs import JobOptions, follow, queue_job
+from training.jobs import JobOptions, copy_sqlite, follow, queue_job
 from training.teach import (
     ScriptedOperator,
     Tally,
@@ -261,15 +261,18 @@ def main() -> None:
         assert not {(v.family, v.seed) for v in order} & {(v.family, v.seed) for v in measured}
         taught = 0
         stored: list[int] = []
+        source_copy = work / "teaching.db"
         if args.teaching_from:
-            with TraceStore(args.teaching_from) as source:
+            # read from a copy: the shipped file is never opened for writing
+            copy_sqlite(args.teaching_from, source_copy)
+            with TraceStore(source_copy) as source:
                 stored = sorted(source.session_ids())
                 names = [source.get_session(i).settings["task"]["name"] for i in stored]
             assert names[: len(order)] == [f"{v.family}:{v.seed}" for v in order], names
         for point in points:
             backend.use_adapter(None)
             if stored:
-                with TraceStore(args.teaching_from) as source:
+                with TraceStore(source_copy) as source:
                     tally = Tally.read(source, stored[:point])
             else:
                 teach(backend, store, order[taught:point], args, work / f"teach{point}", tally)
