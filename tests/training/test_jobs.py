@@ -664,3 +664,64 @@ def test_the_cpu_sft_loss_equals_trls_with_the_head_on_the_completion_only(
         every = completion_loss(trainer.model, wrong)
     assert float(ours) == pytest.approx(float(theirs), rel=1e-4)
     assert float(every) != pytest.approx(float(theirs), rel=1e-4)
+
+
+def test_the_cpu_dpo_head_gives_trls_log_probs_from_the_completions_positions_only(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import datasets
+    import torch
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.trainer import compact_fused_head, lora_config
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = datasets.Dataset.from_list(
+        [
+            {
+                "prompt": "the task: fix the bug " * 6,
+                "chosen": "fixed it",
+                "rejected": "broke it all over",
+            },
+            {"prompt": "a short prompt", "chosen": "a longer right answer", "rejected": "no"},
+        ]
+    )
+    trainer = trl.DPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        ref_model=None,
+        args=trl.DPOConfig(
+            output_dir=str(tmp_path), per_device_train_batch_size=2, use_cpu=True,
+            report_to="none", max_length=256, disable_tqdm=True,
+        ),
+        train_dataset=rows,
+        processing_class=tokenizer,
+        peft_config=lora_config(8),
+    )  # fmt: skip
+    batch = dict(next(iter(trainer.get_train_dataloader())))
+    base = trainer.model.get_base_model()
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    rows_through_head: list[int] = []
+    hook = base.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: rows_through_head.append(
+            args[0].reshape(-1, args[0].shape[-1]).shape[0]
+        )
+    )
+    with torch.no_grad():
+        theirs = trainer.model(**inputs, labels=labels, fused_lm_head=True)
+        their_loss = trainer.compute_loss(trainer.model, batch)
+        compact_fused_head(base)
+        rows_through_head.clear()
+        ours = trainer.model(**inputs, labels=labels, fused_lm_head=True)
+        our_loss = trainer.compute_loss(trainer.model, batch)
+    hook.remove()
+    kept = int((labels[:, 1:] != -100).any(dim=0).sum())
+    assert rows_through_head[0] == labels.shape[0] * kept < labels[:, 1:].numel()
+    assert (theirs.log_probs != 0).any()
+    for field in ("log_probs", "entropy", "mean_logits"):
+        torch.testing.assert_close(
+            getattr(ours, field), getattr(theirs, field), rtol=1e-4, atol=1e-4
+        )
+    assert torch.equal(ours.is_top1, theirs.is_top1)
+    assert float(our_loss) == pytest.approx(float(their_loss), rel=1e-4)
