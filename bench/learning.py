@@ -21,7 +21,7 @@ Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--ki
 (the starter sessions, made by the same scripted operator) for each point instead of
 teaching anew, and counts the operator's actions in them.
 
-Figures go to stdout as Markdown rows and to .bench/learning.json.
+Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
 """
 
 from __future__ import annotations
@@ -225,6 +225,7 @@ def main() -> None:
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
     parser.add_argument("--skip-base", action="store_true", help="teach and train only")
     parser.add_argument("--work", type=Path, help="keep the store and adapters in this folder")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the figures go (JSON)")
     parser.add_argument(
         "--teaching-from",
         type=Path,
@@ -287,9 +288,9 @@ def main() -> None:
                 backend.use_adapter(None)
         store.close()
     backend.close()
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"written to {OUT}")
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"written to {args.out}")
 
 
 if __name__ == "__main__":
