@@ -491,9 +491,28 @@ def _safe_repr(value: Any) -> str:
         return f"<unrepresentable {type(value).__name__}: {exc!r}>"
 
 
+#: Deepest nesting of lists and objects in an answer: values are data to show and store,
+#: and deeper ones would reach Python's recursion limit downstream. The console kills a
+#: kernel whose answer is deeper (block code can write frames of its own).
+MAX_DEPTH = 64
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests lists and objects more than `limit` levels deep (a scalar is
+    0 deep, `[1]` 1); found level by level, without recursion."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [item for item in level if isinstance(item, (dict, list))]
+        if not level:
+            return False
+        level = [c for item in level for c in (item.values() if isinstance(item, dict) else item)]
+    return True
+
+
 def _encoded(obj: Any) -> bytes:
-    # A lone surrogate (from a bad file name, say) is not UTF-8: it becomes "?".
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace")
+    # A lone surrogate (from a bad file name, say) is not UTF-8: it becomes "?". NaN and
+    # the infinities are not JSON: the console refuses them.
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8", "replace")
 
 
 def _shrunk(item: Any, target: int) -> Any:
@@ -507,13 +526,16 @@ def _shrunk(item: Any, target: int) -> Any:
 
 
 def fit_response(response: dict[str, Any], cap: int) -> bytes:
-    """The response as JSON of at most `cap` bytes: a value that is not JSON becomes its
-    repr(); the largest of the value, the outputs, the error and the messages is cut
+    """The response as JSON of at most `cap` bytes: a value that is not JSON (NaN
+    included) or nests deeper than MAX_DEPTH becomes its repr(); the largest of the value, the outputs, the error and the messages is cut
     until it fits."""
     response = dict(response)
     try:
         _encoded(response.get("value"))
+        deep = too_deep(response.get("value"))
     except (TypeError, ValueError, RecursionError):
+        deep = True
+    if deep:
         response["value"] = _safe_repr(response["value"])
     for _ in range(32):
         body = _encoded(response)

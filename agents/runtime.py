@@ -497,7 +497,10 @@ class Runtime:
         self._runtime_block(blocks.GENESIS, text, 0, meta=extra)
 
     def _observe(self, tick: int) -> None:
-        for title, result in self._kernel_call(lambda k: k.render_observations()):
+        views = self._kernel_call(
+            lambda k: k.render_observations(), lambda failed: [("observation views", failed)]
+        )
+        for title, result in views:
             node = self._runtime_block(
                 blocks.OBSERVATION,
                 _result_text(result) if result.ok else f"[error] {result.error}",
@@ -1054,18 +1057,33 @@ class Runtime:
             if node.kind == blocks.OBSERVATION_INFERENCE and node.status is NodeStatus.EXECUTED:
                 self._kernel.exec_block(node.text, name="observation-inference (restored)")
 
-    def _kernel_call(self, call: Callable[[Kernel], Any]) -> Any:
+    def _kernel_call(
+        self,
+        call: Callable[[Kernel], Any],
+        failed: Callable[[CallResult], Any] = lambda result: result,
+    ) -> Any:
         """A kernel call; a kernel that died (timeout, memory, crash) is restarted and
-        restored before the next call. A stop while it ran aborts the session."""
+        restored before the next call. A stop while it ran aborts the session.
+
+        The last line of defence: whatever the call raises (the sandbox's own error, say,
+        for a forged answer), model code fails this call, never the session: the kernel
+        is restarted and `failed` makes the call's answer from a failed CallResult."""
         self._checkpoint()
         kernel = self._kernel
         assert kernel is not None
         try:
             result = call(kernel)
-        except SandboxError:
+        except Exception as exc:
             if self._stop.is_set():  # stop() closed the kernel under the call
                 raise Aborted("stopped") from None
-            raise
+            detail = str(exc) if isinstance(exc, SandboxError) else f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "session %s: sandbox call failed (%s); restarting it", self.session_id, detail
+            )
+            kernel.restart()
+            self._restore_kernel()
+            error = f"the sandbox failed: {clip(detail, 300)}; its kernel was restarted"
+            return failed(CallResult(ok=False, error=error, killed="crashed"))
         if self._stop.is_set():
             raise Aborted("stopped")
         if not kernel.alive:

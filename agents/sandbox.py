@@ -666,8 +666,14 @@ class Kernel:
         """The registered titles by kind: action, evaluation, observation."""
         result = self._call({"op": "registry"})
         if not result.ok or not isinstance(result.value, dict):
-            raise SandboxError(f"the kernel could not list its callbacks: {result.error}")
-        return {kind: [str(t) for t in result.value.get(kind, [])] for kind in _KINDS}
+            raise SandboxError(
+                f"the kernel could not list its callbacks: {result.error or 'a malformed answer'}"
+            )
+        listed = {kind: result.value.get(kind) for kind in _KINDS}
+        return {
+            kind: [t for t in titles if isinstance(t, str)] if isinstance(titles, list) else []
+            for kind, titles in listed.items()
+        }
 
     def clear(self, kind: str) -> None:
         """Forget every registered callback of one kind ("action", "evaluation", ...)."""
@@ -675,7 +681,8 @@ class Kernel:
             raise ValueError(f"kind must be one of {', '.join(_KINDS)}, not {kind!r}")
         result = self._call({"op": "clear", "kind": kind})
         if not result.ok:
-            raise SandboxError(f"the kernel could not clear its {kind} callbacks: {result.error}")
+            why = result.error or "a malformed answer"
+            raise SandboxError(f"the kernel could not clear its {kind} callbacks: {why}")
 
     # --- process ------------------------------------------------------------------------
 
@@ -828,6 +835,10 @@ class Kernel:
                 result = _result_from(self._read_response(deadline, expected_id=request_id))
             except _Stop as stop:
                 result = self._died(stop.reason)
+            except Exception as exc:  # the channel is the kernel's to write: whatever it
+                # sends or however it ends, the call fails; nothing else leaves this method
+                log.warning("sandbox channel broke: %s", _one_line(exc))
+                result = self._died("broken", _one_line(exc))
             result.duration = time.monotonic() - started
             return result
 
@@ -875,16 +886,13 @@ class Kernel:
             (size,) = _HEADER.unpack(self._read_exactly(_HEADER.size, deadline))
             if size > self.limits.result_bytes:
                 raise _Stop("output")
-            try:
-                response = json.loads(self._read_exactly(size, deadline))
-            except ValueError:
-                raise _Stop("output") from None
-            if not isinstance(response, dict):
+            response = _parse_frame(self._read_exactly(size, deadline))
+            if response is None:
                 raise _Stop("output")
             if response.get("id") == expected_id:
                 return response
 
-    def _died(self, reason: str) -> CallResult:
+    def _died(self, reason: str, detail: str = "") -> CallResult:
         """Kill what is left of the kernel and say why it ended."""
         proc = self._proc
         if reason == "eof" and proc is not None:
@@ -906,6 +914,9 @@ class Kernel:
             )
         if reason == "output":
             error = "the kernel's answer was oversized or malformed: the kernel was killed"
+            return CallResult(ok=False, error=error, killed="output")
+        if reason == "broken":
+            error = f"the channel to the kernel broke ({detail}): the kernel was killed"
             return CallResult(ok=False, error=error, killed="output")
         killed, error = _classify_exit(status, self.limits, self.unsafe)
         if tail:
@@ -955,9 +966,44 @@ def _classify_exit(status: int | None, limits: Limits, unsafe: bool) -> tuple[st
         )
     if signum == signal.SIGKILL or status == kernel_module.EXIT_MEMORY:
         return "memory", "the kernel was killed, most likely out of memory"
-    if signum is not None:
-        return "crashed", f"the kernel died of {signal.Signals(signum).name}"
+    if signum is not None and signum in _SIGNAL_NAMES:
+        return "crashed", f"the kernel died of {_SIGNAL_NAMES[signum]}"
     return "crashed", f"the kernel exited with status {status}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # the real-time signals between SIGRTMIN and SIGRTMAX
+        return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+
+
+#: Every signal number this system has, named.
+_SIGNAL_NAMES = {int(n): _signal_name(int(n)) for n in signal.valid_signals()}
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_frame(body: bytes) -> dict[str, Any] | None:
+    """One answer frame as an object, or None when it is not one the console takes: not
+    UTF-8 JSON, not an object, a lone surrogate, NaN or an infinity, a number of over 4,300 digits, or
+    nested deeper than the kernel sends (a value `kernel.MAX_DEPTH` deep in the answer)."""
+    try:
+        value = json.loads(body, parse_constant=_reject_constant)
+        # a lone surrogate (a "\\ud800" escape) is no text the store can write
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeError is a ValueError
+        return None
+    if not isinstance(value, dict) or kernel_module.too_deep(value, kernel_module.MAX_DEPTH + 1):
+        return None
+    return value
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or "no detail"
+    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 def _result_from(response: dict[str, Any]) -> CallResult:
