@@ -4,8 +4,9 @@ The kernel (`agents/kernel.py`) keeps a namespace across calls, because weave-ag
 callbacks are closures over state that earlier blocks set up. It runs under bubblewrap:
 every namespace unshared (no network, its own PID namespace, so killing it kills every
 process it started, `setsid` daemons included), uid 65534 in a fresh user namespace that
-cannot make more, no capabilities, read-only system folders, the session's work dir as the
-only writable place, a size-capped tmpfs `/tmp`, an empty environment; plus rlimits set in
+cannot make more, no capabilities, a read-only root and system folders, the session's work
+dir, a size-capped tmpfs `/tmp` and `/dev/shm` the only writable places, an empty
+environment; plus rlimits set in
 the kernel before any model code runs, and a seccomp filter built once per console process.
 When the console runs as root, uid 65534 inside maps to root outside, where the kernel
 does not enforce RLIMIT_NPROC: a pids cgroup per kernel bounds its processes instead.
@@ -292,6 +293,10 @@ def _build_seccomp(path: Path) -> str | None:
         return f"pyseccomp/libseccomp unavailable ({exc})"
     try:
         rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        # A system call through another ABI (i386's `int 0x80`, x32's numbers) matches no
+        # rule of this architecture's: it fails at once with ENOSYS. libseccomp's default
+        # kills only the calling thread, which left the kernel hanging to its wall clock.
+        rules.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.ERRNO(errno.ENOSYS))
         eperm = seccomp.ERRNO(errno.EPERM)
         for name in _BLOCKED_SYSCALLS:
             with contextlib.suppress(OSError):  # OSError: not a syscall on this architecture
@@ -530,6 +535,9 @@ def _sandbox_argv(
         argv += ["--size", str(limits.tmp_bytes)]
     argv += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += ["--bind", str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
+    # bwrap's root is a tmpfs with no size cap: read-only once everything is mounted, so
+    # the work dir, /tmp and /dev/shm are the only places block code can write.
+    argv += ["--remount-ro", "/"]
     argv += ["--clearenv"]
     for key, value in _sandbox_env(WORKDIR_INSIDE).items():
         argv += ["--setenv", key, value]

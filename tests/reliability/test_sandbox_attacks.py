@@ -477,6 +477,48 @@ def test_attack_unix_sockets_and_dns(kernel: Kernel, tmp_path: Path) -> None:
                 listener.accept()
 
 
+def test_attack_writes_anywhere_but_the_work_dir_tmp_and_dev_shm(kernel: Kernel) -> None:
+    # bwrap's root is a tmpfs with no size cap: before it was remounted read-only, block
+    # code could fill memory through /x, /home or /opt, past every disk limit
+    places = ["/x", "/etc/x", "/opt/x", "/home/x", "/usr/x", "/dev/x", "/run/x", "/var/x",
+              "/root/x", "/sbin/x", "/tmp/x", "/dev/shm/x", "/workspace/x"]  # fmt: skip
+    code = (
+        "def write(path):\n"
+        "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "    with open(path, 'w') as handle:\n"
+        "        handle.write('x' * 4096)\n"
+        f"for place in {places!r}:\n"
+        "    attempt(place, lambda: write(place))\n"
+    )
+    tried, _ = attack(kernel, code)
+    writable = {place for place, got in tried.items() if got == "allowed"}
+    assert writable == {"/tmp/x", "/dev/shm/x", "/workspace/x"}, tried
+    assert set(tried.values()) <= {"allowed", "EROFS"}, tried
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 are x86-64's ABIs")
+def test_attack_system_calls_through_other_abis_fail_at_once(kernel: Kernel) -> None:
+    # i386's `int 0x80` and x32's numbers match none of the filter's x86-64 rules: they
+    # used to kill only the calling thread, and the call hung to its wall clock
+    code = (
+        "import ctypes, mmap\n"
+        "def run(machine_code):\n"
+        "    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "    page.write(machine_code)\n"
+        "    address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "    return ctypes.CFUNCTYPE(ctypes.c_long)(address)()\n"
+        # mov eax, 20 (i386 getpid); int 0x80; ret
+        "attempt('i386', lambda: run(b'\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3'))\n"
+        # mov rax, 0x40000000 | 39 (x32 getpid); syscall; ret
+        "attempt('x32', lambda: run(b'\\x48\\xc7\\xc0\\x27\\x00\\x00\\x40\\x0f\\x05\\xc3'))\n"
+    )
+    started = time.monotonic()
+    tried, _ = attack(kernel, code)
+    assert time.monotonic() - started < 5
+    assert tried == {"i386": -38, "x32": -38}  # -ENOSYS, returned in rax
+    assert kernel.alive
+
+
 # --- privileges and limits ------------------------------------------------------------
 
 
