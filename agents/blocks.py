@@ -358,6 +358,21 @@ def clip_body(text: str, limit: int) -> str:
     return f"{text[:head]}\n# [... {len(text) - limit} characters cut ...]\n{text[head - limit :]}"
 
 
+def head_within(text: str, limit: int, count: Callable[[str], int]) -> str:
+    """The longest head of `text` that `count` makes at most `limit` tokens (a token
+    covers at least one byte, so a text of `limit` bytes or fewer is whole)."""
+    if len(text.encode("utf-8")) <= limit or count(text) <= limit:
+        return text
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
+
+
 def render_block(node: Node) -> str:
     """One stored block as the model sees it in its context (a body longer than its
     `CONTEXT_CHARS_META` cut to that; a genesis block with the worked example it was

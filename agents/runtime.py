@@ -366,6 +366,8 @@ class Runtime:
             status, reason = self._loop()
         except (Aborted, KeyboardInterrupt) as exc:
             status, reason = SessionStatus.ABORTED, _stop_reason(exc)
+        except ContextOverflowError as exc:  # this session's own: the backend is fine
+            status, reason = SessionStatus.TRUNCATED, f"the context is full: {exc}"
         except BackendError as exc:
             status, reason, error = SessionStatus.FAILED, f"model backend: {exc}", exc
         finally:
@@ -899,7 +901,13 @@ class Runtime:
             stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)
             bodies = [c.text.rstrip() for c in candidates]
-            prompts = [ranking.question_prompt(prefix, body, question) for body in bodies]
+            # Scored as at most `block_tokens` tokens, the room `_context` left for a block:
+            # bytes that are no UTF-8 come back as replacement characters, which can take
+            # more tokens than were sampled. The stored block is whole.
+            shown = [
+                blocks.head_within(b, self.options.block_tokens, self._tokens_in) for b in bodies
+            ]
+            prompts = [ranking.question_prompt(prefix, s, question) for s in shown]
             log_odds = self.backend.score_yes_no(prompts)
             scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier))
             sampled.extend((c, round_no) for c in candidates)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
@@ -15,7 +17,7 @@ from app.common import open_model, open_store, refuse_without_sandbox
 if TYPE_CHECKING:
     from agents.batch import Progress, Summary
     from agents.settings import Settings
-    from storage import Batch, TraceStore
+    from storage import Batch, BatchTask, TraceStore
 
 APPROVALS = ("auto", "evaluated", "deny")
 BAR_WIDTH = 20
@@ -194,7 +196,7 @@ def _run(
             file=sys.stderr,
             flush=True,
         )
-        bar = _Bar(sys.stderr)
+        bar = _Bar(sys.stderr, lambda: store.batch_tasks(batch.id))
         # a SIGTERM stops the batch as Ctrl-C does: sessions aborted, resumable
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -264,38 +266,81 @@ def _ray_problem(store: TraceStore, settings: Settings) -> str | None:
 
 
 class _Bar:
-    """One progress line, redrawn on a terminal (a line per change otherwise)."""
+    """Progress: one line redrawn on a terminal; elsewhere (a log file, CI) a line per
+    finished task and the counts at most every `SUMMARY_SECONDS`."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(
+        self,
+        out: TextIO,
+        tasks: Callable[[], list[BatchTask]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.out = out
         self.live = out.isatty()
+        self.tasks = tasks
+        self.clock = clock
         self.last = ""
         self.drawn = False
+        self.told: set[int] = set()
+        self.summed = clock()
 
     def __call__(self, progress: Progress) -> None:
         from agents.batch import describe_counts
 
         filled = round(BAR_WIDTH * progress.finished / progress.total) if progress.total else 0
         bar = "█" * filled + "░" * (BAR_WIDTH - filled)
-        line = (
-            f"{bar} {progress.finished}/{progress.total} tasks: "
+        counts = (
+            f"{progress.finished}/{progress.total} tasks: "
             f"{describe_counts(progress.counts)} · {progress.tokens_per_second:.0f} tokens/s"
         )
-        if line == self.last:
-            return
-        self.last = line
         if self.live:
-            self.out.write("\r\x1b[2K" + line)
-            self.drawn = True
-        else:
-            self.out.write(line + "\n")
+            line = f"{bar} {counts}"
+            if line != self.last:
+                self.last = line
+                self.out.write("\r\x1b[2K" + line)
+                self.drawn = True
+                self.out.flush()
+            return
+        for task in self._newly_finished():
+            self.out.write(_finished_line(task) + "\n")
+        now = self.clock()
+        if counts != self.last and now - self.summed >= SUMMARY_SECONDS:
+            self.last, self.summed = counts, now
+            self.out.write(counts + "\n")
         self.out.flush()
+
+    def _newly_finished(self) -> list[BatchTask]:
+        if self.tasks is None:
+            return []
+        done = [t for t in self.tasks() if t.status.value in _FINISHED and t.id not in self.told]
+        self.told.update(t.id for t in done)
+        return done
 
     def close(self) -> None:
         if self.drawn:
             self.out.write("\n")
             self.out.flush()
             self.drawn = False
+        elif not self.live:
+            for task in self._newly_finished():
+                self.out.write(_finished_line(task) + "\n")
+            self.out.flush()
+
+
+#: A non-terminal's progress says the counts at most this often.
+SUMMARY_SECONDS = 30.0
+_FINISHED = ("completed", "failed", "truncated")
+
+
+def _finished_line(task: BatchTask) -> str:
+    """`task 3 (vigenere) truncated in 41 s: the context is full: ...`"""
+    from agents.backends.base import one_line
+
+    name = task.spec.get("id") or task.spec.get("task") or task.spec.get("family") or "prompt"
+    seconds = task.result.get("seconds")
+    took = f" in {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
+    why = f": {one_line(task.error, 200)}" if task.error else ""
+    return f"task {task.line} ({name}) {task.status.value}{took}{why}"
 
 
 def _summary_line(summary: Summary) -> str:

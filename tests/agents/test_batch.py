@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -277,3 +278,73 @@ def test_a_batch_with_an_adapter_is_an_a_b_evaluation_against_the_base(
             assert texts[0] != texts[1]
     finally:
         backend.close()
+
+
+# -- one session's failure stays its own --------------------------------------------------
+
+
+@pytest.fixture
+def short_context_model(tiny_model_dir: Path, tmp_path: Path) -> Path:
+    """The tiny model with a context of 2,048 tokens: the example tick alone fills it."""
+    copy = tmp_path / "short-context"
+    shutil.copytree(tiny_model_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["max_position_embeddings"] = 2048
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.slow
+def test_sessions_that_fill_a_short_context_end_truncated_and_a_log_gets_a_line_each(
+    short_context_model: Path, tmp_path: Path
+) -> None:
+    # Tried as a new user would: 4 one-line tasks, 2 workers, a 2,048-token model. One
+    # session's candidate re-encoded longer than it was sampled, its score prompt
+    # overflowed, and the batch aborted with "backend unavailable" (exit 3).
+    tasks = tmp_path / "tasks.jsonl"
+    prompts = ["write hello to a.txt", "count the files", "say hi", "add 2 and 2"]
+    tasks.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    db = tmp_path / "traces.db"
+    argv = [str(SCRIPT), "--db", str(db), "--model", str(short_context_model)]
+    options = ["--candidates", "2", "--escalation", "2", "--block-tokens", "128"]
+    done = subprocess.run(
+        [*argv, *options, "batch", str(tasks), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    # stderr is a pipe: a line per finished task, no redrawn bar
+    finished = [line for line in done.stderr.splitlines() if line.startswith("task ")]
+    assert len(finished) == 4, done.stderr
+    for line in finished:
+        assert re.fullmatch(
+            r"task [1-4] \(prompt\) truncated in \d+ s: the context is full.*", line
+        )
+    assert "░" not in done.stderr  # the bar a terminal gets
+    with TraceStore(db) as store:
+        (batch,) = store.list_batches()
+        assert batch.status is BatchStatus.COMPLETED
+        for task in store.batch_tasks(batch.id):
+            assert task.status is BatchTaskStatus.TRUNCATED, task
+            assert store.get_session(task.session_id).status is SessionStatus.TRUNCATED
+
+
+def test_head_within_keeps_the_longest_head_of_at_most_so_many_tokens(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from agents.blocks import head_within
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    # what a random model writes: bytes that are no UTF-8 come back as U+FFFD, and
+    # those take more tokens than the 64 that were sampled
+    body = "def act(s):\n    return '\ufffd\ufffd x \ufffd'\n" * 20
+    assert count(body) > 64
+    head = head_within(body, 64, count)
+    assert body.startswith(head) and count(head) <= 64 < count(body[: len(head) + 1])
+    assert head_within("short", 64, count) == "short"
