@@ -281,6 +281,7 @@ class Runtime:
         self.finish_message: str | None = None
         self.task_passed: tuple[int, int] = (0, 0)
         self._stop = threading.Event()
+        self._stop_why: str | None = None
         self._running = threading.Event()
         self._running.set()
         self._chat: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -298,9 +299,12 @@ class Runtime:
 
     # -- control (any thread) ------------------------------------------------------------
 
-    def stop(self) -> None:
+    def stop(self, reason: str | None = None) -> None:
         """Abort the session: at the next block boundary, or at once while it waits for
-        the operator or runs code in the sandbox."""
+        the operator or runs code in the sandbox. `reason` is stored as the session's
+        (default: "stopped by the operator")."""
+        if reason is not None and self._stop_why is None:
+            self._stop_why = reason
         self._stop.set()
         self._running.set()
         kernel = self._kernel
@@ -353,7 +357,7 @@ class Runtime:
             stopping = self._stop.is_set() or isinstance(exc, KeyboardInterrupt)
             if stopping and not isinstance(exc, SandboxUnavailable):
                 # stopped while starting (the kernel is closed under it): aborted, resumable
-                stopped = _stop_reason(exc)
+                stopped = self._stop_why or _stop_reason(exc)
                 if self.session_id:
                     self._set_status(SessionStatus.ABORTED, stopped)
                 message = self._summary(SessionStatus.ABORTED, stopped)
@@ -365,7 +369,7 @@ class Runtime:
         try:
             status, reason = self._loop()
         except (Aborted, KeyboardInterrupt) as exc:
-            status, reason = SessionStatus.ABORTED, _stop_reason(exc)
+            status, reason = SessionStatus.ABORTED, self._stop_why or _stop_reason(exc)
         except ContextOverflowError as exc:  # this session's own: the backend is fine
             status, reason = SessionStatus.TRUNCATED, f"the context is full: {exc}"
         except BackendError as exc:

@@ -5,7 +5,6 @@ and `--show ID` report."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
 from app.common import open_model, open_store, refuse_without_sandbox
+from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
     from agents.batch import Progress, Summary
@@ -197,31 +197,30 @@ def _run(
             flush=True,
         )
         bar = _Bar(sys.stderr, lambda: store.batch_tasks(batch.id))
-        # a SIGTERM stops the batch as Ctrl-C does: sessions aborted, resumable
-        previous = signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            if args.ray is not None:
-                done = b.run_ray(
-                    store,
-                    settings,
-                    options,
-                    batch.id,
-                    workers,
-                    address=args.ray,
-                    adapter=adapter,
-                    on_progress=bar,
-                )
-            else:
-                context = b.WorkerContext(store, backend, options, settings.sessions_dir())
-                done = b.run_local(context, batch.id, workers, on_progress=bar)
-        except b.BatchStopped as exc:
-            bar.close()
-            print(f"resume with `agent-console batch --resume {batch.id}`", file=sys.stderr)
-            code = exit_codes.MODEL if "model backend" in str(exc) else exit_codes.FAILED
-            return fail(str(exc), code)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            bar.close()
+        # SIGTERM and SIGHUP stop the batch as Ctrl-C does: sessions aborted, resumable
+        with ending_on_signals():
+            try:
+                if args.ray is not None:
+                    done = b.run_ray(
+                        store,
+                        settings,
+                        options,
+                        batch.id,
+                        workers,
+                        address=args.ray,
+                        adapter=adapter,
+                        on_progress=bar,
+                    )
+                else:
+                    context = b.WorkerContext(store, backend, options, settings.sessions_dir())
+                    done = b.run_local(context, batch.id, workers, on_progress=bar)
+            except b.BatchStopped as exc:
+                bar.close()
+                print(f"resume with `agent-console batch --resume {batch.id}`", file=sys.stderr)
+                code = exit_codes.MODEL if "model backend" in str(exc) else exit_codes.FAILED
+                return fail(str(exc), code)
+            finally:
+                bar.close()
     finally:
         backend.close()
     _report(store, done, sys.stdout)
@@ -238,10 +237,6 @@ def _run(
         )
         return exit_codes.INTERRUPTED
     return exit_codes.OK
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _ray_problem(store: TraceStore, settings: Settings) -> str | None:

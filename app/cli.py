@@ -371,8 +371,9 @@ def run(argv: Sequence[str] | None) -> int:
                 find_adapter(store, args.adapter_name)
             except AdapterLookupError as exc:
                 return fail(str(exc), exit_codes.USAGE)
-        ConsoleApp(store=store, settings=settings, task=task, adapter=args.adapter_name).run()
-    return exit_codes.OK
+        console = ConsoleApp(store=store, settings=settings, task=task, adapter=args.adapter_name)
+        console.run()
+    return console.return_code or exit_codes.OK
 
 
 def run_label(args: argparse.Namespace, settings: Settings) -> int:

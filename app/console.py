@@ -9,8 +9,11 @@ screens that are not shown yet are imported when they are first needed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +26,7 @@ from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
 from agents.settings import Settings
-from app import collector
+from app import collector, exit_codes
 from app.screens.main import MainScreen
 from app.themes import load_themes
 from app.widgets.status_bar import StatusBar
@@ -117,6 +120,10 @@ class SharedMemory:
             self._memory = None
 
 
+#: How long an ending signal waits for the running session to store its end.
+ENDING_WAIT_SECONDS = 20.0
+
+
 class ConsoleApp(App[None]):
     TITLE = "agent-console"
     # Textual reads a screen's CSS_PATH when the screen is pushed, not for the default
@@ -158,6 +165,8 @@ class ConsoleApp(App[None]):
         self.animation_level = "none"
         #: full garbage collections wait for a quiet moment (see app.collector)
         self.collector = collector.IdleCollector()
+        #: a SIGTERM or SIGHUP is ending the console (see `end_by_signal`)
+        self.ending = False
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.store)
@@ -187,6 +196,7 @@ class ConsoleApp(App[None]):
         self.memory.close()
 
     def on_mount(self) -> None:
+        self.catch_ending_signals()
         self.apply_theme()
         self.apply_keymap()
         if self.settings.backend != "none":
@@ -197,6 +207,30 @@ class ConsoleApp(App[None]):
             from app.screens.label import LabelScreen
 
             self.push_screen(LabelScreen(self.store, self.label_session))
+
+    def catch_ending_signals(self) -> None:
+        """SIGTERM and SIGHUP (the terminal went away) end the console as quitting does,
+        with the running session stored `aborted`, the signal as its reason; without
+        this the process died where it stood and the session stayed `running`."""
+        from app.signals import ENDING_SIGNALS
+
+        loop = asyncio.get_running_loop()
+        for signum in ENDING_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, self.end_by_signal, signum)
+
+    def end_by_signal(self, signum: int) -> None:
+        if not self.ending:
+            self.ending = True
+            self.run_worker(self._end(f"stopped by {signal.Signals(signum).name}"))
+
+    async def _end(self, reason: str) -> None:
+        live = self.main.live
+        if live is not None:
+            live.stop(reason)
+            # its end stored before the process goes (a forward pass may take seconds)
+            await asyncio.to_thread(live.ended.wait, ENDING_WAIT_SECONDS)
+        self.exit(return_code=exit_codes.INTERRUPTED)
 
     def show_model_state(self) -> None:
         """The status bar's model part (the main screen calls it once it is composed)."""

@@ -9,6 +9,7 @@ batch (one tree update per batch, not per block).
 from __future__ import annotations
 
 import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class LiveSession:
             resume=resume,
         )
         self.paused = False
+        #: set once the session's end is stored (see `run`)
+        self.ended = threading.Event()
         self.outcome: Outcome | None = None
 
     @property
@@ -58,8 +61,12 @@ class LiveSession:
         return self.runtime.session_id
 
     def run(self) -> Outcome:
-        """Blocking: call from a thread worker."""
-        self.outcome = self.runtime.run()
+        """Blocking: call from a thread worker. `ended` is set once the session's end is
+        stored, however it ended."""
+        try:
+            self.outcome = self.runtime.run()
+        finally:
+            self.ended.set()
         return self.outcome
 
     def drain(self, limit: int = 5000) -> Drained:
@@ -111,5 +118,5 @@ class LiveSession:
         self.paused = False
         self.runtime.unpause()
 
-    def stop(self) -> None:
-        self.runtime.stop()
+    def stop(self, reason: str | None = None) -> None:
+        self.runtime.stop(reason)

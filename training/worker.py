@@ -61,8 +61,8 @@ def _stop_on_signals() -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise Stopped(f"stopped by signal {signal.Signals(signum).name}")
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
 
 
 def run_worker(store: TraceStore, job_id: int) -> int:

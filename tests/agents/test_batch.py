@@ -165,7 +165,7 @@ def _batch_command(tmp_path: Path, server: VLLMServer, *args: str) -> list[str]:
     ]
 
 
-def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
+def test_sighup_mid_batch_then_resume_runs_every_task_exactly_once(
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:
     # hard tasks allowed three ticks each, so the batch is still going when stopped
@@ -196,14 +196,14 @@ def test_ctrl_c_mid_batch_then_resume_runs_every_task_exactly_once(
                     if finished >= 3 and counts[BatchTaskStatus.RUNNING]:
                         break
     assert first.poll() is None, first.communicate()
-    first.send_signal(signal.SIGINT)
+    first.send_signal(signal.SIGHUP)  # the terminal went away: as Ctrl-C
     out, err = first.communicate(timeout=120)
     assert first.returncode == exit_codes.INTERRUPTED, err
     assert "Traceback" not in err, err
     assert "--resume 1" in err
-    # the progress bar: done out of all, the counts, tokens/s
-    assert re.search(r"^[█░]{20} \d+/12 tasks: \d+ completed, 0 failed, \d+ truncated", err, re.M)
-    assert re.search(r" · \d+ tokens/s$", err, re.M)
+    # stderr is a pipe: a line per finished task, not a redrawn bar
+    assert len(re.findall(r"^task \d+ \(\S+\) (completed|truncated) in \d+ s", err, re.M)) >= 3
+    assert "░" not in err
     assert out.startswith("batch 1 aborted: ")
     with TraceStore(db) as store:
         (batch,) = store.list_batches()

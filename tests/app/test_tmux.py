@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import TraceStore
+from storage import SessionStatus, TraceStore
 from tests.support.traces import build_session
 
 SCRIPT = Path(sys.executable).with_name("agent-console")
@@ -215,3 +216,33 @@ def test_browse_a_session_in_a_real_terminal_and_quit(tmux: Tmux, db: Path) -> N
     assert "Traceback" not in tmux.screen()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_the_console_with_its_running_session_stored_aborted(
+    tmux: Tmux, tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals
+) -> None:
+    # Before, the console died where it stood and its session stayed `running`.
+    db = tmp_path / "live.db"
+    model = ("--model", str(tiny_model_dir), "--candidates", "1", "--block-tokens", "16")
+    tmux.start(str(SCRIPT), "--db", str(db), *model, "--task", "fix_failing_test")
+    pid = tmux.command_pid()
+    deadline = time.monotonic() + 3 * TIMEOUT
+    nodes = 0
+    while nodes < 3:  # the session is under way: a few blocks stored
+        assert time.monotonic() < deadline, tmux.screen()
+        time.sleep(0.2)
+        if db.exists():
+            with TraceStore(db) as store:
+                sessions = store.list_sessions()
+                nodes = store.count_nodes(sessions[0].id) if sessions else 0
+    os.kill(pid, signum)
+    deadline = time.monotonic() + TIMEOUT
+    while tmux.exit_status() is None:
+        assert time.monotonic() < deadline, tmux.screen()
+        time.sleep(0.1)
+    assert tmux.exit_status() == 130
+    with TraceStore(db) as store:
+        (session,) = store.list_sessions()
+        assert session.status is SessionStatus.ABORTED
+        assert session.status_reason == f"stopped by {signum.name}"
