@@ -32,6 +32,7 @@ from storage import Job, JobEvent, JobKind, JobStatus, TraceStore
 from tests.backends.vllm_server import SERVED_NAME, VLLMServer
 from tests.support.label_trees import SessionBuilder
 from training.jobs import (
+    RESUMABLE,
     JobError,
     JobOptions,
     NotEnoughDataError,
@@ -356,6 +357,27 @@ def test_sigkill_leaves_a_failed_resumable_job_and_an_intact_store(
         assert any(
             e.message == f"resumed at step {checkpoint_step(checkpoint)} of 40" for e in events
         )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_ends_a_job_failed_with_the_signal_named_and_resumable(
+    tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals
+) -> None:
+    with TraceStore(tmp_path / "traces.db") as opened, workers_stopped(opened) as store:
+        label_sessions(store)
+        job = queue_job(
+            store,
+            options(tiny_model_dir, JobKind.SFT, max_steps=400, save_steps=10, logging_steps=4),
+            data_dir=tmp_path / "data",
+        )
+        running, _ = wait_for(store, job.id, lambda j, ev: "progress" in kinds(ev))
+        assert running.pid is not None
+        os.kill(running.pid, signum)
+        wait_gone(running.pid, job.id)
+        stopped = store.get_job(job.id)  # the worker said so itself: no reaping needed
+        assert stopped.status is JobStatus.FAILED
+        assert stopped.error == f"stopped by signal {signum.name}"
+        assert stopped.status in RESUMABLE
 
 
 def test_a_failing_job_ends_failed_in_one_line_with_the_traceback_in_its_log(
