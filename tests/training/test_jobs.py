@@ -324,20 +324,29 @@ def test_cancel_saves_a_checkpoint_and_resume_completes(
             resume_job(store, job.id)
 
 
+def kill_when(
+    store: TraceStore, tmp_path: Path, model: Path, kind: JobKind, event: str, signum: int
+) -> Job:
+    """A job of 40 steps (checkpoints every 10) on labelled sessions, its worker sent
+    `signum` at its first `event` and gone."""
+    label_sessions(store)
+    job = queue_job(
+        store,
+        options(model, kind, max_steps=40, save_steps=10, logging_steps=4),
+        data_dir=tmp_path / "data",
+    )
+    running, _ = wait_for(store, job.id, lambda j, ev: event in kinds(ev))
+    assert running.status is JobStatus.RUNNING and running.pid is not None
+    os.kill(running.pid, signum)
+    wait_gone(running.pid, job.id)
+    return job
+
+
 def test_sigkill_leaves_a_failed_resumable_job_and_an_intact_store(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     with TraceStore(tmp_path / "traces.db") as opened, workers_stopped(opened) as store:
-        label_sessions(store)
-        job = queue_job(
-            store,
-            options(tiny_model_dir, JobKind.DPO, max_steps=40, save_steps=10, logging_steps=4),
-            data_dir=tmp_path / "data",
-        )
-        running, _ = wait_for(store, job.id, lambda j, ev: "checkpoint" in kinds(ev))
-        assert running.status is JobStatus.RUNNING and running.pid is not None
-        os.kill(running.pid, signal.SIGKILL)
-        wait_gone(running.pid, job.id)
+        job = kill_when(store, tmp_path, tiny_model_dir, JobKind.DPO, "checkpoint", signal.SIGKILL)
 
         # Nobody told the store: the job still says running until a reader looks.
         assert store.get_job(job.id).status is JobStatus.RUNNING
@@ -364,16 +373,7 @@ def test_sigterm_or_sighup_ends_a_job_failed_with_the_signal_named_and_resumable
     tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals
 ) -> None:
     with TraceStore(tmp_path / "traces.db") as opened, workers_stopped(opened) as store:
-        label_sessions(store)
-        job = queue_job(
-            store,
-            options(tiny_model_dir, JobKind.SFT, max_steps=400, save_steps=10, logging_steps=4),
-            data_dir=tmp_path / "data",
-        )
-        running, _ = wait_for(store, job.id, lambda j, ev: "progress" in kinds(ev))
-        assert running.pid is not None
-        os.kill(running.pid, signum)
-        wait_gone(running.pid, job.id)
+        job = kill_when(store, tmp_path, tiny_model_dir, JobKind.SFT, "progress", signum)
         stopped = store.get_job(job.id)  # the worker said so itself: no reaping needed
         assert stopped.status is JobStatus.FAILED
         assert stopped.error == f"stopped by signal {signum.name}"
