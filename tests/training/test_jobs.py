@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -630,6 +631,7 @@ def test_rows_longer_than_max_length_keep_the_prompts_end_and_the_whole_completi
     from training.trainer import fit_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
     context = " ".join(f"line {n} of the context" for n in range(200))
     rows = datasets.Dataset.from_list(
         [
@@ -647,33 +649,43 @@ def test_rows_longer_than_max_length_keep_the_prompts_end_and_the_whole_completi
     assert len(ids) <= 64
 
 
+def small_trainer(kind: str, model: Path, output: Path, rows: Any) -> Any:
+    """trl's `kind` trainer (SFT or DPO) on the tiny model with a LoRA, on the CPU, two
+    rows a batch: to compare our CPU losses with trl's own."""
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.trainer import lora_config
+
+    reference = {"ref_model": None} if kind == "DPO" else {}
+    return getattr(trl, f"{kind}Trainer")(
+        model=AutoModelForCausalLM.from_pretrained(model),
+        args=getattr(trl, f"{kind}Config")(
+            output_dir=str(output), per_device_train_batch_size=2, use_cpu=True,
+            report_to="none", max_length=256, disable_tqdm=True,
+        ),
+        train_dataset=rows,
+        processing_class=AutoTokenizer.from_pretrained(model),
+        peft_config=lora_config(8),
+        **reference,
+    )  # fmt: skip
+
+
 def test_the_cpu_sft_loss_equals_trls_with_the_head_on_the_completion_only(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     import datasets
     import torch
-    import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.trainer import completion_loss, lora_config
+    from training.trainer import completion_loss
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     rows = datasets.Dataset.from_list(
         [
             {"prompt": "the task: fix the bug in the package " * 4, "completion": "fixed it"},
             {"prompt": "a shorter prompt", "completion": "a longer completion of a few words"},
         ]
     )
-    trainer = trl.SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        args=trl.SFTConfig(
-            output_dir=str(tmp_path), per_device_train_batch_size=2, use_cpu=True,
-            report_to="none", max_length=256, disable_tqdm=True,
-        ),
-        train_dataset=rows,
-        processing_class=tokenizer,
-        peft_config=lora_config(8),
-    )  # fmt: skip
+    trainer = small_trainer("SFT", tiny_model_dir, tmp_path, rows)
     batch = next(iter(trainer.get_train_dataloader()))
     assert (batch["labels"] == -100).any() and (batch["labels"] != -100).any()
     with torch.no_grad():
@@ -693,12 +705,9 @@ def test_the_cpu_dpo_head_gives_trls_log_probs_from_the_completions_positions_on
 ) -> None:
     import datasets
     import torch
-    import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.trainer import compact_fused_head, lora_config
+    from training.trainer import compact_fused_head
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     rows = datasets.Dataset.from_list(
         [
             {
@@ -709,17 +718,7 @@ def test_the_cpu_dpo_head_gives_trls_log_probs_from_the_completions_positions_on
             {"prompt": "a short prompt", "chosen": "a longer right answer", "rejected": "no"},
         ]
     )
-    trainer = trl.DPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        ref_model=None,
-        args=trl.DPOConfig(
-            output_dir=str(tmp_path), per_device_train_batch_size=2, use_cpu=True,
-            report_to="none", max_length=256, disable_tqdm=True,
-        ),
-        train_dataset=rows,
-        processing_class=tokenizer,
-        peft_config=lora_config(8),
-    )  # fmt: skip
+    trainer = small_trainer("DPO", tiny_model_dir, tmp_path, rows)
     batch = dict(next(iter(trainer.get_train_dataloader())))
     base = trainer.model.get_base_model()
     labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
