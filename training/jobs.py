@@ -44,7 +44,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -244,15 +244,21 @@ def needed_labels_message(kind: JobKind) -> str:
     )
 
 
-def check_enough_data(store: TraceStore, kind: JobKind, since: float | None) -> int:
-    """How many rows the labels make for `kind`; NotEnoughDataError when none."""
+def check_enough_data(
+    store: TraceStore,
+    kind: JobKind,
+    since: float | None,
+    sessions: Collection[int] | None = None,
+) -> int:
+    """How many rows the labels (of `sessions`, if given) make for `kind`;
+    NotEnoughDataError when none."""
     from training.rules import count_kto_examples, count_training_data
 
     if kind is JobKind.KTO:
-        good, bad = count_kto_examples(store, since=since)
+        good, bad = count_kto_examples(store, since=since, sessions=sessions)
         rows = good + bad if good and bad else 0
     else:
-        counts = count_training_data(store, since=since)
+        counts = count_training_data(store, since=since, sessions=sessions)
         rows = counts.sft_examples if kind is JobKind.SFT else counts.dpo_pairs
     if rows == 0:
         message = needed_labels_message(kind)
@@ -337,12 +343,12 @@ def queue_job(
     returns the job (with the worker's pid) at once. JobError for a bad request."""
     source = copy_labels(options.labels_from, Path(data_dir)) if options.labels_from else None
     if source is None:
-        rows = check_enough_data(store, options.kind, options.since)
+        rows = check_enough_data(store, options.kind, options.since, options.sessions)
     else:
         from storage import TraceStore
 
         with TraceStore(source) as other:
-            rows = check_enough_data(other, options.kind, options.since)
+            rows = check_enough_data(other, options.kind, options.since, options.sessions)
     base = resolve_base_model(options.base_model)
     if options.name is not None:
         check_name_free(store, options.name)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -363,11 +363,12 @@ def load_evidence(store: TraceStore, session_id: int) -> SessionEvidence:
 
 
 def iter_session_counts(
-    store: TraceStore, *, since: float | None = None
+    store: TraceStore, *, since: float | None = None, sessions: Collection[int] | None = None
 ) -> Iterator[tuple[int, Counts]]:
     """(session id, what its labels and verdicts make), one session in memory at a time.
-    With `since`, sessions where nothing happened since then are not read at all."""
-    for session_id in store.session_ids(active_since=since):
+    With `since`, sessions where nothing happened since then are not read at all; with
+    `sessions`, only those."""
+    for session_id in _chosen(store, since, sessions):
         evidence = load_evidence(store, session_id)
         yield (
             session_id,
@@ -375,21 +376,31 @@ def iter_session_counts(
         )
 
 
-def count_kto_examples(store: TraceStore, since: float | None = None) -> tuple[int, int]:
-    """(desirable, undesirable) KTO examples the whole store's labels and verdicts make."""
+def _chosen(store: TraceStore, since: float | None, sessions: Collection[int] | None) -> list[int]:
+    found = store.session_ids(active_since=since)
+    return found if sessions is None else [i for i in found if i in set(sessions)]
+
+
+def count_kto_examples(
+    store: TraceStore, since: float | None = None, sessions: Collection[int] | None = None
+) -> tuple[int, int]:
+    """(desirable, undesirable) KTO examples the store's labels and verdicts make (those
+    of `sessions` only, if given)."""
     good = bad = 0
-    for session_id in store.session_ids(active_since=since):
+    for session_id in _chosen(store, since, sessions):
         for _, desirable in load_evidence(store, session_id).kto_examples(since=since):
             good += desirable
             bad += not desirable
     return good, bad
 
 
-def count_training_data(store: TraceStore, since: float | None = None) -> Counts:
-    """How many SFT examples and DPO pairs the whole store's labels and verdicts make
-    (only those whose evidence is from `since` on, if given)."""
+def count_training_data(
+    store: TraceStore, since: float | None = None, sessions: Collection[int] | None = None
+) -> Counts:
+    """How many SFT examples and DPO pairs the store's labels and verdicts make (only
+    those whose evidence is from `since` on, and of `sessions`, if given)."""
     examples = pairs = 0
-    for _, counts in iter_session_counts(store, since=since):
+    for _, counts in iter_session_counts(store, since=since, sessions=sessions):
         examples += counts.sft_examples
         pairs += counts.dpo_pairs
     return Counts(examples, pairs)

@@ -746,3 +746,27 @@ def test_the_cpu_dpo_head_gives_trls_log_probs_from_the_completions_positions_on
         )
     assert torch.equal(ours.is_top1, theirs.is_top1)
     assert float(our_loss) == pytest.approx(float(their_loss), rel=1e-4)
+
+
+def test_a_job_on_some_sessions_counts_the_rows_of_those_only(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    from training import starter
+
+    shipped = str(starter.SESSIONS)
+    with TraceStore(tmp_path / "traces.db") as store:
+        every = queue_job(
+            store,
+            JobOptions(JobKind.SFT, str(tiny_model_dir), name="every", labels_from=shipped),
+            data_dir=tmp_path / "data",
+            spawn=False,
+        )
+        first = queue_job(
+            store,
+            JobOptions(
+                JobKind.SFT, str(tiny_model_dir), name="first", labels_from=shipped, sessions=(1,)
+            ),
+            data_dir=tmp_path / "data",
+            spawn=False,
+        )
+    assert 0 < first.config["rows_at_queue"] < every.config["rows_at_queue"]
