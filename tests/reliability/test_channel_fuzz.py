@@ -193,15 +193,13 @@ ATTACKS = {
         "body = b'{\"id\": 1, \"value\": ' + b'[' * 50000 + b']' * 50000 + b'}'\n"
         "os.write(self._kernel.responses_fd, struct.pack('>I', len(body)) + body)\n"
     ),
-    # answers forged for this and the next calls' ids, from a thread that outlives the
-    # action: the runtime's next calls (the checks, clearing the evaluations) get them
+    # answers forged for this call's id and the next ones, all written before the real
+    # answer: this call and the runtime's next ones (clearing the callbacks) get them
     "forged answers ahead": (
-        "import json, os, struct, threading\n"
-        "def forge():\n"
-        "    for ident in range(1, 2000):\n"
-        "        body = json.dumps({'id': ident, 'ok': False, 'value': 7}).encode()\n"
-        "        os.write(self._kernel.responses_fd, struct.pack('>I', len(body)) + body)\n"
-        "threading.Thread(target=forge, daemon=True).start()\n"
+        "import json, os, struct\n"
+        "for ident in range(1, 200):\n"
+        "    body = json.dumps({'id': ident, 'ok': False, 'value': 7}).encode()\n"
+        "    os.write(self._kernel.responses_fd, struct.pack('>I', len(body)) + body)\n"
     ),
 }
 
@@ -219,7 +217,9 @@ def test_an_attacking_action_fails_and_the_session_goes_on_to_solve_the_task(
             store,
             backend,
             tmp_path,
-            [lambda r: Decision.edit(action(ATTACKS[name])), lambda r: Decision.edit(SOLVE)],
+            # the fix, as often as the operator is asked: a call cut short by the
+            # kernel's restart fails, and the operator writes the fix again
+            [lambda r: Decision.edit(action(ATTACKS[name]))] + [lambda r: Decision.edit(SOLVE)] * 4,
             task=TASK,
             candidates=1,
             escalation=(),
@@ -230,10 +230,10 @@ def test_an_attacking_action_fails_and_the_session_goes_on_to_solve_the_task(
         outcome = runtime.run()
         assert outcome.status is SessionStatus.COMPLETED, outcome
         edits = [n for n in store.tree(outcome.session_id) if n.author is Author.OPERATOR]
-        attacked, solved = (store.get_node(n.id) for n in edits)
+        attacked, solved = store.get_node(edits[0].id), store.get_node(edits[-1].id)
         assert solved.status is NodeStatus.EXECUTED, solved.meta
-        if name != "forged answers ahead":  # that one's own call returns; the next ones fail
-            assert attacked.status is NodeStatus.FAILED, attacked.meta
+        assert attacked.status is NodeStatus.FAILED, attacked.meta
+        if name != "forged answers ahead":
             assert "kernel" in attacked.meta["error"], attacked.meta
         else:  # the runtime's last line of defence took the sandbox's error
             said = [n.text for n in store.tree(outcome.session_id) if n.kind == blocks.ERROR]
