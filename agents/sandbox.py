@@ -845,8 +845,11 @@ class Kernel:
                 result = self._died(stop.reason)
             except Exception as exc:  # the channel is the kernel's to write: whatever it
                 # sends or however it ends, the call fails; nothing else leaves this method
-                log.warning("sandbox channel broke: %s", _one_line(exc))
-                result = self._died("broken", _one_line(exc))
+                from agents.backends.base import one_line
+
+                detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
+                log.warning("sandbox channel broke: %s", detail)
+                result = self._died("broken", detail)
             result.duration = time.monotonic() - started
             return result
 
@@ -1007,11 +1010,6 @@ def _parse_frame(body: bytes) -> dict[str, Any] | None:
     if not isinstance(value, dict) or kernel_module.too_deep(value, kernel_module.MAX_DEPTH + 1):
         return None
     return value
-
-
-def _one_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split()) or "no detail"
-    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 def _result_from(response: dict[str, Any]) -> CallResult:
