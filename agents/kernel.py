@@ -527,8 +527,8 @@ def _shrunk(item: Any, target: int) -> Any:
 
 def fit_response(response: dict[str, Any], cap: int) -> bytes:
     """The response as JSON of at most `cap` bytes: a value that is not JSON (NaN
-    included) or nests deeper than MAX_DEPTH becomes its repr(); the largest of the value, the outputs, the error and the messages is cut
-    until it fits."""
+    included) or nests deeper than MAX_DEPTH becomes its repr(); the largest of the
+    value, the outputs, the error and the messages is cut until it fits."""
     response = dict(response)
     try:
         _encoded(response.get("value"))

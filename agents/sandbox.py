@@ -6,10 +6,10 @@ every namespace unshared (no network, its own PID namespace, so killing it kills
 process it started, `setsid` daemons included), uid 65534 in a fresh user namespace that
 cannot make more, no capabilities, a read-only root and system folders, the session's work
 dir, a size-capped tmpfs `/tmp` and `/dev/shm` the only writable places, an empty
-environment; plus rlimits set in
-the kernel before any model code runs, and a seccomp filter built once per console process.
-When the console runs as root, uid 65534 inside maps to root outside, where the kernel
-does not enforce RLIMIT_NPROC: a pids cgroup per kernel bounds its processes instead.
+environment; plus rlimits set in the kernel before any model code runs, and a seccomp
+filter built once per console process. When the console runs as root, uid 65534 inside
+maps to root outside, where the kernel does not enforce RLIMIT_NPROC: a pids cgroup per
+kernel bounds its processes instead.
 
 Requests and answers are length-prefixed JSON on two dedicated pipes, never stdout (block
 code owns that), and answers are size-capped. Importing this module is cheap: the probe
@@ -977,8 +977,8 @@ def _classify_exit(status: int | None, limits: Limits, unsafe: bool) -> tuple[st
         )
     if signum == signal.SIGKILL or status == kernel_module.EXIT_MEMORY:
         return "memory", "the kernel was killed, most likely out of memory"
-    if signum is not None and signum in _SIGNAL_NAMES:
-        return "crashed", f"the kernel died of {_SIGNAL_NAMES[signum]}"
+    if signum is not None and signum in signal.valid_signals():
+        return "crashed", f"the kernel died of {_signal_name(signum)}"
     return "crashed", f"the kernel exited with status {status}"
 
 
@@ -989,18 +989,15 @@ def _signal_name(number: int) -> str:
         return f"SIGRTMIN+{number - signal.SIGRTMIN}"
 
 
-#: Every signal number this system has, named.
-_SIGNAL_NAMES = {int(n): _signal_name(int(n)) for n in signal.valid_signals()}
-
-
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
 def _parse_frame(body: bytes) -> dict[str, Any] | None:
     """One answer frame as an object, or None when it is not one the console takes: not
-    UTF-8 JSON, not an object, a lone surrogate, NaN or an infinity, a number of over 4,300 digits, or
-    nested deeper than the kernel sends (a value `kernel.MAX_DEPTH` deep in the answer)."""
+    UTF-8 JSON, not an object, a lone surrogate, NaN or an infinity, a number of over
+    4,300 digits, or nested deeper than the kernel sends (a value `kernel.MAX_DEPTH` deep
+    in the answer)."""
     try:
         value = json.loads(body, parse_constant=_reject_constant)
         # a lone surrogate (a "\\ud800" escape) is no text the store can write
