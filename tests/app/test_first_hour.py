@@ -69,6 +69,8 @@ AGENT = [
     "--memory",
     "off",
 ]
+#: The editor's second line (its number in the gutter, after the TextArea's border).
+EDITOR_LINE_2 = re.compile(r"▊\s+2 ")
 MODAL = re.compile(r"Approve action #(\d+)\?")
 HEADER = re.compile(r"#(\d+) ([a-z-]+) · tick (\d+)")
 
@@ -185,10 +187,14 @@ def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Pa
     # stray name, which the fix typed at the top left in (the action then failed at once).
     walk.keys("F7")
     walk.keys("BSpace")
-    # Pasted, as a newcomer brings a fix from their editor: one bracketed paste is one event
-    # (keys typed one by one through tmux were twice seen to lose one under CI load).
+    # The editor empty before the paste: a binding (backspace is TextArea's delete_left)
+    # runs when the key has bubbled up to the app, a paste where the TextArea gets it, so
+    # a paste sent at once could land first and lose its last character to the backspace
+    # (seen on CI: the fix's closing parenthesis).
+    walk.wait("the emptied editor", lambda s: EDITOR_LINE_2.search(s) is None)
+    # Pasted, as a newcomer brings a fix from their editor: one bracketed paste is one event.
     walk.paste("\n".join(FIX))
-    walk.wait("the pasted fix", lambda s: 'self.add_action("Fix the off-by-one' in s)
+    walk.wait("the pasted fix", lambda s: FIX[-1] in s)
     walk.keys("C-s")
     walk.gone(second)
     # The action sleeps 3 s in the sandbox: the status bar says the agent is working.

@@ -21,6 +21,8 @@ from storage import NodeStatus
 from tests.app.test_cli import SCRIPT, _spawn
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
+#: The most seconds a block may take to its first streamed tokens on a 2-core CI machine.
+FIRST_TOKENS_S = 30.0
 
 
 def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> None:
@@ -93,7 +95,10 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
     streamed = [line for _, line in lines if "to the first tokens" in line]
     assert streamed and streamed[0].startswith("tick 1 orientation: sampling 2 candidates")
     seconds = float(streamed[0].split("(")[1].split(" s to")[0])
-    assert seconds < 10, streamed[0]
+    # Within seconds, not minutes (the bug was 12 minutes of silence): 1.8 s in bf16 on a
+    # CPU with native bf16, 8-9 s in float32 on a 2-core AMD EPYC with AVX2 only, where the
+    # ~1,900-token prefill is most of it; a loaded CI machine of that kind needs the margin.
+    assert seconds < FIRST_TOKENS_S, streamed[0]
     assert any("tokens/s" in line for _, line in lines)
 
     from storage import NodeStatus, TraceStore
