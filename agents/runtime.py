@@ -117,6 +117,8 @@ class RunOptions:
     approval: str = "ask"
     approval_threshold: float = 2.0
     action_timeout: float = 30.0
+    workdir_bytes: int = 1 << 30
+    workdir_files: int = 100_000
     unsafe_no_sandbox: bool = False
     seed: int | None = None
     #: a worked example tick before the session's blocks (`agents.example`)
@@ -1057,6 +1059,8 @@ class Runtime:
         limits = Limits(
             wall_seconds=self.options.action_timeout,
             cpu_seconds=max(1, math.ceil(self.options.action_timeout)),
+            workdir_bytes=self.options.workdir_bytes,
+            workdir_files=self.options.workdir_files,
         )
         self._kernel = Kernel(self.workdir, limits=limits, unsafe=self.options.unsafe_no_sandbox)
         self._kernel.start()

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 import contextlib
 
 from agents import kernel as kernel_module
+from agents.workdir import BoundedWorkdir, WorkdirError, can_mount, usage
 
 log = logging.getLogger("agents.sandbox")
 
@@ -55,6 +56,8 @@ WORKDIR_INSIDE = "/workspace"
 _KERNEL_INSIDE = "/opt/agent-console/kernel.pyc"
 _SANDBOX_UID = 65534
 _START_TIMEOUT = 15.0
+#: Seconds between checks of a work dir no tmpfs bounds, during a call.
+_CHECK_EVERY = 1.0
 _HEADER = struct.Struct(">I")
 _UNSAFE_HINT = "or run with --unsafe-no-sandbox (model code then runs with no isolation at all)"
 _KINDS = kernel_module.KINDS
@@ -110,6 +113,11 @@ class Limits:
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmp_bytes: int = 64 << 20
     """Size of the tmpfs /tmp."""
+    workdir_bytes: int = 1 << 30
+    """Bytes the work dir may hold in all (`agents.workdir`: a sized tmpfs where the
+    console may mount one, else checked after and during every call)."""
+    workdir_files: int = 100_000
+    """Files, folders and links the work dir may hold in all (the same)."""
     output_bytes: int = 64 << 10
     """Captured stdout, and stderr, kept per call; the rest is counted and dropped."""
     result_bytes: int = 256 << 10
@@ -162,7 +170,7 @@ class CallResult:
     duration: float = 0.0
     """Seconds, as the host saw them."""
     killed: str | None = None
-    """Why the kernel died during the call ("timeout", "cpu", "memory", "crashed",
+    """Why the kernel died during the call ("timeout", "cpu", "memory", "crashed", "disk",
     "output", "closed"); it is then dead until `restart()`."""
     registered: dict[str, list[str]] = field(default_factory=dict)
     """Titles added during the call, by kind: action, evaluation, observation, and
@@ -185,6 +193,8 @@ class _Host:
     seccomp_file: Path | None
     pids_cgroup: Path | None
     memory_cgroup: Path | None
+    mount_problem: str | None
+    """Why the work dir cannot be a sized tmpfs here (None: it can)."""
 
 
 _probe_lock = threading.Lock()
@@ -250,6 +260,7 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         seccomp_file=None if seccomp_problem else seccomp_file,
         pids_cgroup=_find_cgroup("pids") if os.geteuid() == 0 else None,
         memory_cgroup=_find_cgroup("memory") if os.geteuid() == 0 else None,
+        mount_problem=can_mount(),
     )
     trial = _trial_run(host)
     if trial is not None:
@@ -275,6 +286,13 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         parts.append("memory limit by memory cgroup")
     else:
         warnings.append("no total memory limit (no writable memory cgroup): per process only")
+    if host.mount_problem is None:
+        parts.append("work dir bounded by a sized tmpfs")
+    else:
+        warnings.append(
+            f"the work dir is checked during and after each call, not bounded "
+            f"({host.mount_problem}: a sized tmpfs needs root with CAP_SYS_ADMIN)"
+        )
     for warning in warnings:
         log.warning("sandbox weaker than it should be: %s", warning)
     detail = ", ".join(parts) + "".join(f" (warning: {w})" for w in warnings)
@@ -498,9 +516,18 @@ def _sandbox_argv(
     host: _Host, limits: Limits, workdir: Path
 ) -> tuple[list[str], list[int], Callable[[], None]]:
     """bwrap's command line up to `--`, the fds it must inherit, and a cleanup to run once
-    it has started."""
+    it has started. The options go through a pipe (`--args`) and the small files through
+    `--file`: bwrap is PID 1 inside, and its command line is readable there; binds would
+    name their host paths in the mount table."""
+    pass_fds: list[int] = []
+
+    def fd_of(path: Path) -> str:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        pass_fds.append(fd)
+        return str(fd)
+
     argv = [
-        host.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+        "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
         "--cap-drop", "ALL", "--uid", str(_SANDBOX_UID), "--gid", str(_SANDBOX_UID),
         "--hostname", "sandbox",
     ]  # fmt: skip
@@ -521,10 +548,10 @@ def _sandbox_argv(
         argv += ["--size", str(limits.tmp_bytes)]
     argv += ["--tmpfs", "/tmp"]
     argv += [
-        "--ro-bind", str(host.static_dir / "passwd"), "/etc/passwd",
-        "--ro-bind", str(host.static_dir / "group"), "/etc/group",
+        "--perms", "0444", "--file", fd_of(host.static_dir / "passwd"), "/etc/passwd",
+        "--perms", "0444", "--file", fd_of(host.static_dir / "group"), "/etc/group",
         *_python_binds(),
-        "--ro-bind", str(host.kernel), _KERNEL_INSIDE,
+        "--perms", "0444", "--file", fd_of(host.kernel), _KERNEL_INSIDE,
         "--proc", "/proc", "--dev", "/dev",
         # The sandbox's uid is the console's outside: as root, it could write the host's
         # sysctls (kernel.core_pattern, say) through a writable /proc/sys.
@@ -541,18 +568,21 @@ def _sandbox_argv(
     argv += ["--clearenv"]
     for key, value in _sandbox_env(WORKDIR_INSIDE).items():
         argv += ["--setenv", key, value]
-    pass_fds: list[int] = []
     if host.seccomp_file is not None:
-        seccomp_fd = os.open(host.seccomp_file, os.O_RDONLY)
-        pass_fds.append(seccomp_fd)
-        argv += ["--seccomp", str(seccomp_fd)]
-    argv.append("--")
+        argv += ["--seccomp", fd_of(host.seccomp_file)]
+    options_r, options_w = os.pipe()
+    pass_fds.append(options_r)
+    try:
+        # a few kB, well under a pipe's buffer: written whole before bwrap reads it
+        os.write(options_w, b"".join(os.fsencode(arg) + b"\0" for arg in argv))
+    finally:
+        os.close(options_w)
 
     def cleanup() -> None:
         for fd in pass_fds:
             os.close(fd)
 
-    return argv, pass_fds, cleanup
+    return [host.bwrap, "--args", str(options_r), "--"], pass_fds, cleanup
 
 
 def _sandbox_env(home: str) -> dict[str, str]:
@@ -598,6 +628,11 @@ class Kernel:
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
         self._ids = itertools.count(1)
+        self._bounded: BoundedWorkdir | None = None
+        """The work dir's sized tmpfs, mounted from the first start to close()."""
+        self._checked = False
+        """No tmpfs could bound the work dir: its usage is checked instead."""
+        self._next_check = 0.0
 
     def __enter__(self) -> Kernel:
         if self._proc is None:
@@ -635,7 +670,8 @@ class Kernel:
 
     def close(self) -> None:
         """Kill the kernel and everything it started; idempotent, callable from any
-        thread, and a call running in another thread returns at once (killed="closed")."""
+        thread, and a call running in another thread returns at once (killed="closed").
+        A bounded work dir's files are written back to the disk below it."""
         self._closed = True
         self._kill_tree()
         with contextlib.suppress(OSError):
@@ -646,6 +682,12 @@ class Kernel:
                 if fd >= 0:
                     os.close(fd)
             self._wake_r = self._wake_w = -1
+            bounded, self._bounded = self._bounded, None
+            if bounded is not None:
+                try:
+                    bounded.unmount()
+                except (OSError, WorkdirError) as exc:
+                    log.warning("the work dir %s was not written back whole: %s", self.workdir, exc)
 
     def exec_block(self, code: str, *, name: str = "<block>") -> CallResult:
         """Run a block's code in the persistent namespace; `name` shows in tracebacks."""
@@ -715,6 +757,7 @@ class Kernel:
             env = _sandbox_env(str(self.workdir))
         else:
             host = _host()
+            self._bound_workdir(host)
             prefix, pass_fds, cleanup = _sandbox_argv(host, self.limits, self.workdir)
             argv = [*prefix, *python, _KERNEL_INSIDE]
             # Not the console's environment: bwrap's init is PID 1 inside, and block code can
@@ -758,7 +801,9 @@ class Kernel:
                 [*argv, json.dumps(config)],
                 stderr=stderr_w,
                 pass_fds=[requests_r, responses_w, *pass_fds],
-                cwd=self.workdir,
+                # sandboxed, bwrap changes to the work dir inside; outside, the shell that
+                # joins the cgroups would export the host path as PWD to bwrap (PID 1)
+                cwd=self.workdir if self.unsafe else Path("/"),
                 env=env,
             )
         except OSError as exc:
@@ -780,6 +825,29 @@ class Kernel:
             self._kill_tree()
             self._reap()
             raise SandboxError(f"the kernel did not start: {why}") from None
+
+    def _bound_workdir(self, host: _Host) -> None:
+        """Mount the work dir's sized tmpfs (once: restarts keep it), or mark the work
+        dir to be checked where no tmpfs can be mounted."""
+        if host.mount_problem is not None:
+            self._checked = True
+            return
+        if self._bounded is None:
+            bounded = BoundedWorkdir(
+                self.workdir, self.limits.workdir_bytes, self.limits.workdir_files
+            )
+            try:
+                bounded.mount()
+            except (OSError, WorkdirError) as exc:
+                raise SandboxError(f"the work dir could not be bounded: {exc}") from None
+            self._bounded = bounded
+
+    def _workdir_past(self) -> str | None:
+        """Where the work dir is checked, not bounded: which limit it is past, if any."""
+        if not self._checked:
+            return None
+        used = usage(self.workdir, stop_after=self.limits.workdir_files)
+        return used.past(self.limits.workdir_bytes, self.limits.workdir_files)
 
     def _kill_tree(self) -> None:
         """SIGKILL bwrap's process group; --die-with-parent and the PID namespace take down
@@ -838,9 +906,12 @@ class Kernel:
             started = time.monotonic()
             deadline = started + self.limits.wall_seconds
             request_id = next(self._ids)
+            self._next_check = started + _CHECK_EVERY
             try:
                 self._send(dict(request, id=request_id), deadline)
                 result = _result_from(self._read_response(deadline, expected_id=request_id))
+                if self._workdir_past() is not None:
+                    raise _Stop("disk")
             except _Stop as stop:
                 result = self._died(stop.reason)
             except Exception as exc:  # the channel is the kernel's to write: whatever it
@@ -871,9 +942,16 @@ class Kernel:
         poller.register(fd, events | select.POLLHUP | select.POLLERR)
         poller.register(self._wake_r, select.POLLIN)
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 raise _Stop("timeout")
+            if self._checked:
+                if now >= self._next_check:
+                    self._next_check = now + _CHECK_EVERY
+                    if self._workdir_past() is not None:
+                        raise _Stop("disk")
+                remaining = min(remaining, max(self._next_check - now, 0.0))
             ready = dict(poller.poll(remaining * 1000))
             if self._closed or self._wake_r in ready:
                 raise _Stop("closed")
@@ -929,6 +1007,10 @@ class Kernel:
         if reason == "broken":
             error = f"the channel to the kernel broke ({detail}): the kernel was killed"
             return CallResult(ok=False, error=error, killed="output")
+        if reason == "disk":
+            past = self._workdir_past() or "past its limit"
+            error = f"the work dir holds {past}: the kernel was killed"
+            return CallResult(ok=False, error=error, killed="disk")
         killed, error = _classify_exit(status, self.limits, self.unsafe)
         if tail:
             error += f" ({tail})"

@@ -120,6 +120,14 @@ class Settings(BaseModel):
     action_timeout: float = Field(default=30.0, gt=0)
     """Seconds one action, evaluation or observation callback may run in the sandbox."""
 
+    workdir_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    """Bytes a session's work dir may hold: a write past it fails in the sandbox (ENOSPC)
+    where the console is root and mounts the work dir as a sized tmpfs; elsewhere the
+    kernel is killed when a check finds it past (`agent-console doctor` says which)."""
+
+    workdir_files: int = Field(default=100_000, ge=16)
+    """Files, folders and links a session's work dir may hold (as `workdir_bytes`)."""
+
     memory: bool = True
     """Retrieval memory: each tick, the blocks of other sessions most like the current
     situation go into the context as a `memory` observation (labelled-good first, a

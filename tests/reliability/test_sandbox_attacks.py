@@ -16,11 +16,15 @@ unless AGENT_CONSOLE_REQUIRE_SANDBOX=1.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import time
 import tty
 import uuid
@@ -30,9 +34,13 @@ from typing import Any
 
 import pytest
 
+from agents import workdir as workdir_module
+from agents.approval import Decision
 from agents.sandbox import CallResult, Kernel, Limits
-from storage import TraceStore
+from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.agents.test_sandbox import FAST, REQUIRE_ENV, everything, ok
+from tests.support.answer_task import TASK
+from tests.support.runs import make_runtime
 
 # The block code's helper: `attempt(name, fn)` stores fn's repr'd result, or the name of
 # the exception (and errno name) it raised, in `tried`.
@@ -304,6 +312,249 @@ def test_attack_memory_spread_over_many_processes(workdir: Path) -> None:
     assert tried["codes"].count(-9) >= 2, tried  # 500 MiB asked, 256 MiB allowed: OOM-killed
     assert all(code in (0, -9) for code in tried["codes"]), tried
     assert not any(p.exists() for p in made), "the cgroup is removed with the kernel"
+
+
+# --- the work dir's bytes and files ---------------------------------------------------
+
+#: A work dir small enough to fill in a test: 16 MiB, 2,000 entries.
+SMALL_WORKDIR = dataclasses.replace(FAST, workdir_bytes=16 << 20, workdir_files=2_000)
+
+
+def mountable() -> None:
+    """Skip where this console could not mount the work dir's tmpfs (not root, or root
+    without CAP_SYS_ADMIN): the check that replaces it has its own test below."""
+    problem = workdir_module.can_mount()
+    if problem is not None:
+        pytest.skip(f"the work dir cannot be a sized tmpfs here: {problem}")
+
+
+def test_attack_fill_the_work_dir_past_its_bytes(workdir: Path) -> None:
+    mountable()
+    (workdir / "seed.txt").write_text("seeded")
+    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+        tried, _ = attack(
+            kernel,
+            "written = 0\n"
+            "def fill():\n"
+            "    global written\n"
+            "    for i in range(100):\n"
+            "        with open(f'fill{i}', 'wb') as f:\n"
+            "            f.write(b'x' * ((1 << 20) - 4096))\n"
+            "        written += 1\n"
+            "attempt('fill', fill)\n"
+            "tried['files'] = written\n"
+            "attempt('seed', lambda: open('seed.txt').read())\n",
+        )
+        # each file is under RLIMIT_FSIZE: only the sum stops it, inside, with ENOSPC
+        assert tried["fill"] == "ENOSPC" and tried["seed"] == "seeded", tried
+        assert kernel.alive
+        during = workdir_module.usage(workdir)
+        assert during.bytes <= SMALL_WORKDIR.workdir_bytes
+        assert "seed.txt" in os.listdir(workdir)  # the console reads it where it always is
+    # closed: the files are on the disk below, the tmpfs gone
+    assert not os.path.ismount(workdir)
+    after = workdir_module.usage(workdir)
+    assert 8 << 20 < after.bytes <= SMALL_WORKDIR.workdir_bytes + (1 << 20)
+    assert (workdir / "seed.txt").read_text() == "seeded"
+
+
+def test_attack_more_files_than_the_work_dir_may_hold(workdir: Path) -> None:
+    mountable()
+    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+        tried, _ = attack(
+            kernel,
+            "made = []\n"
+            "def make():\n"
+            "    os.mkdir('many')\n"
+            "    for i in range(100_000):\n"
+            "        open(f'many/{i}', 'w').close()\n"
+            "        made.append(i)\n"
+            "attempt('files', make)\n"
+            "attempt('folder', lambda: os.mkdir('another'))\n"
+            "attempt('link', lambda: os.symlink('many', 'link'))\n"
+            "os.remove('many/0')\n"
+            "attempt('after one is removed', lambda: open('one-more', 'w').close())\n"
+            "tried['made'] = len(made)\n",
+        )
+        assert tried["files"] == "ENOSPC", tried
+        assert tried["folder"] == tried["link"] == "ENOSPC", tried
+        assert tried["after one is removed"] == "allowed", tried
+        # the folder `many` is one of the 2,000 entries
+        assert tried["made"] == SMALL_WORKDIR.workdir_files - 1, tried
+    assert workdir_module.usage(workdir).files == SMALL_WORKDIR.workdir_files
+
+
+def test_attack_links_fifos_and_sparse_files_in_the_write_back(workdir: Path) -> None:
+    """What the console copies back to the disk: a 4 MiB file hard-linked 200 times stays
+    one file, 5 sparse files of 60 MiB (no bytes in the tmpfs) are left out past the byte
+    limit instead of writing 300 MiB of zeros, a fifo does not block it, a link stays a
+    link."""
+    mountable()
+    # files up to 64 MiB each: only the work dir's sum limits them
+    limits = dataclasses.replace(SMALL_WORKDIR, file_size_bytes=64 << 20)
+    with Kernel(workdir, limits=limits) as kernel:
+        attack(
+            kernel,
+            "os.mkdir('links')\n"
+            "with open('links/data', 'wb') as f:\n"
+            "    f.write(os.urandom(4 << 20))\n"
+            "for i in range(200):\n"
+            "    os.link('links/data', f'links/{i}')\n"
+            "for i in range(5):\n"
+            "    with open(f'sparse{i}', 'wb') as f:\n"
+            "        f.truncate(60 << 20)\n"
+            "attempt('fifo', lambda: os.mkfifo('fifo'))\n"
+            "os.symlink('/etc/passwd', 'passwd')\n",
+        )
+        started = time.monotonic()
+    assert time.monotonic() - started < 10
+    assert not os.path.ismount(workdir)
+    assert os.stat(workdir / "links" / "data").st_nlink == 201
+    assert os.path.samefile(workdir / "links" / "7", workdir / "links" / "data")
+    assert workdir_module.usage(workdir).bytes <= SMALL_WORKDIR.workdir_bytes
+    assert not (workdir / "fifo").exists()
+    assert os.readlink(workdir / "passwd") == "/etc/passwd"
+
+
+def test_attack_find_the_work_dirs_host_path(workdir: Path) -> None:
+    """The work dir is a tmpfs of its own: its host path is in no mount table, command
+    line or environment inside."""
+    mountable()
+    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+        tried, done = attack(
+            kernel,
+            "attempt('mounts', lambda: open('/proc/self/mountinfo').read())\n"
+            "attempt('cmdlines', lambda: [open(f'/proc/{p}/cmdline').read()\n"
+            "    for p in os.listdir('/proc') if p.isdigit()])\n"
+            "attempt('environ', lambda: open('/proc/1/environ').read())\n"
+            "attempt('cwd', os.getcwd)\n",
+        )
+    assert " /workspace " in tried["mounts"], tried["mounts"]
+    assert tried["cwd"] == "/workspace"
+    for name in (str(workdir), str(workdir.parent)):
+        assert name not in everything(done) and name not in repr(tried)
+
+
+FILL = """def fill(subagent):
+    for i in range(100):
+        with open(f"fill{i}", "wb") as f:
+            f.write(b"x" * (1 << 20))
+self.add_action("Fill the work dir", fill)"""
+#: The operator's fix once the work dir is full: make room, then answer.
+MAKE_ROOM = """def solve(subagent):
+    import glob, os
+    for path in glob.glob("fill*"):
+        os.remove(path)
+    subagent.write_file("answer.txt", "42\\n")
+self.add_action("Make room and write the answer", solve)"""
+
+
+def test_an_action_that_fills_the_work_dir_fails_inside_and_the_session_solves_its_task(
+    backend: object, tmp_path: Path
+) -> None:
+    """The settings' limit reaches the session's kernel: the action's own write fails
+    with ENOSPC (the kernel lives), the operator's fix makes room and the checks pass."""
+    mountable()
+    with TraceStore(tmp_path / "traces.db") as store:
+        runtime, _ = make_runtime(
+            store,
+            backend,
+            tmp_path,
+            [lambda r: Decision.edit(FILL)] + [lambda r: Decision.edit(MAKE_ROOM)] * 4,
+            task=TASK,
+            candidates=1,
+            escalation=(),
+            block_tokens=12,
+            max_ticks=2,
+            workdir_bytes=4 << 20,
+        )
+        outcome = runtime.run()
+        assert outcome.status is SessionStatus.COMPLETED, outcome
+        edits = [n for n in store.tree(outcome.session_id) if n.author is Author.OPERATOR]
+        filled = store.get_node(edits[0].id)
+        assert filled.status is NodeStatus.FAILED, filled.meta
+        assert "No space left on device" in filled.meta["error"], filled.meta
+        assert "kernel" not in filled.meta["error"]
+    assert workdir_module.usage(runtime.workdir).bytes <= 4 << 20
+    assert (runtime.workdir / "answer.txt").read_text() == "42\n"
+
+
+DEAD_CONSOLE = """
+import sys, time
+from pathlib import Path
+from agents.sandbox import Kernel
+kernel = Kernel(Path(sys.argv[1]))
+kernel.start()
+result = kernel.exec_block("open('written.txt', 'w').write('before the kill')")
+assert result.ok, result.error
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_work_dir_a_killed_console_left_mounted_is_written_back(workdir: Path) -> None:
+    mountable()
+    console = subprocess.Popen(
+        [sys.executable, "-c", DEAD_CONSOLE, str(workdir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert console.stdout is not None and console.stdout.readline().strip() == "ready"
+    finally:
+        console.kill()
+        console.wait()
+    assert os.path.ismount(workdir)  # the tmpfs outlives the console that mounted it
+    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+        read = ok(kernel.exec_block("self.add_action('r', lambda s: open('written.txt').read())"))
+        assert read.ok and ok(kernel.call_action("r")).value == "before the kill"
+    assert not os.path.ismount(workdir)
+    assert (workdir / "written.txt").read_text() == "before the kill"
+
+
+CHECKED = """
+import json, sys
+from pathlib import Path
+from agents.sandbox import Kernel, Limits, sandbox_status
+limits = Limits(wall_seconds=30, workdir_bytes=8 << 20, workdir_files=100)
+out = {"status": sandbox_status().detail}
+with Kernel(Path(sys.argv[1]), limits=limits) as kernel:
+    for name, code in (
+        ("bytes", "with open('big', 'wb') as f:\\n    f.write(b'x' * (12 << 20))\\n"
+                  "import time\\ntime.sleep(25)"),
+        ("files", "import os\\nos.remove('big')\\n"
+                  "for i in range(200):\\n    open(f'f{i}', 'w').close()"),
+    ):
+        result = kernel.exec_block(code)
+        out[name] = [result.ok, result.killed, result.error, result.duration]
+        kernel.restart()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root")
+def test_without_the_privilege_to_mount_the_work_dir_is_checked_during_each_call(
+    workdir: Path,
+) -> None:
+    """Root without CAP_SYS_ADMIN (a container's default) cannot mount the tmpfs: the
+    sandbox says so, and a work dir past a limit kills the kernel within a second or so
+    of a call, and at its end."""
+    done = subprocess.run(
+        ["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-c", CHECKED, str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert "the work dir is checked during and after each call, not bounded" in out["status"]
+    ok_, killed, error, duration = out["bytes"]
+    assert (ok_, killed) == (False, "disk"), out
+    assert "12.0 MiB, past its limit of 8.0 MiB" in error and duration < 10, out
+    ok_, killed, error, _ = out["files"]
+    assert (ok_, killed) == (False, "disk") and "past its limit of 100" in error, out
 
 
 # --- /proc, sysctls and the terminal --------------------------------------------------
