@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 from agents.settings import Settings
 from app import collector, exit_codes
 from app.screens.main import MainScreen
+from app.signals import RunningSessions
 from app.themes import load_themes
 from app.widgets.status_bar import StatusBar
 from storage import TraceStore
@@ -167,6 +168,8 @@ class ConsoleApp(App[None]):
         self.collector = collector.IdleCollector()
         #: a SIGTERM or SIGHUP is ending the console (see `end_by_signal`)
         self.ending = False
+        #: every session running now, which an ending signal stops
+        self.sessions = RunningSessions()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.store)
@@ -225,11 +228,9 @@ class ConsoleApp(App[None]):
             self.run_worker(self._end(f"stopped by {signal.Signals(signum).name}"))
 
     async def _end(self, reason: str) -> None:
-        live = self.main.live
-        if live is not None:
-            live.stop(reason)
-            # its end stored before the process goes (a forward pass may take seconds)
-            await asyncio.to_thread(live.ended.wait, ENDING_WAIT_SECONDS)
+        # the live session, an A/B's sides, a held-out comparison's current one: each
+        # stored aborted before the process goes (a forward pass may take seconds)
+        await asyncio.to_thread(self.sessions.stop_all, reason, ENDING_WAIT_SECONDS)
         self.exit(return_code=exit_codes.INTERRUPTED)
 
     def show_model_state(self) -> None:

@@ -17,6 +17,7 @@ from agents.approval import ApprovalRequest
 from agents.backends import Backend
 from agents.runtime import Event, Outcome, RunOptions, Runtime
 from agents.tasks import Task
+from app.signals import RunningSessions
 from storage import TraceStore
 
 Item = Event | ApprovalRequest
@@ -60,11 +61,13 @@ class LiveSession:
     def session_id(self) -> int:
         return self.runtime.session_id
 
-    def run(self) -> Outcome:
+    def run(self, sessions: RunningSessions) -> Outcome | None:
         """Blocking: call from a thread worker. `ended` is set once the session's end is
-        stored, however it ended."""
+        stored, however it ended; None when the console was ending and it never ran."""
         try:
-            self.outcome = self.runtime.run()
+            with sessions.running(self.runtime) as may_run:
+                if may_run:
+                    self.outcome = self.runtime.run()
         finally:
             self.ended.set()
         return self.outcome

@@ -372,7 +372,7 @@ class CompareScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="compare-side", name="a comparison side")
     def run_side(self, side: Side) -> None:
         try:
-            side.outcome = side.live.run()
+            side.outcome = side.live.run(self.console.sessions)
         finally:
             # Here, not in a message handler: a screen left mid-run gets no more messages,
             # and the console must not stay locked against new sessions.

@@ -149,9 +149,10 @@ class HeldOutScreen(Screen[None]):
                         sessions_dir=console.settings.sessions_dir(),
                     )
                     self.current = runtime
-                    outcome = runtime.run()
+                    with console.sessions.running(runtime) as may_run:
+                        outcome = runtime.run() if may_run else None
                     self.current = None
-                    if self.stopping.is_set():  # cut short: not a result
+                    if outcome is None or self.stopping.is_set():  # cut short: not a result
                         return
                     row.results[key] = session_solved(self.store, outcome.session_id)
                     self.app.call_from_thread(self.show_row, index)

@@ -395,8 +395,8 @@ class MainScreen(Screen[None]):
         self.refresh_bindings()
 
     @work(thread=True, exit_on_error=False, group="session")
-    def run_session(self, live: LiveSession) -> Outcome:
-        return live.run()
+    def run_session(self, live: LiveSession) -> Outcome | None:
+        return live.run(self.console.sessions)
 
     def drain(self) -> None:
         live = self.live

@@ -8,6 +8,7 @@ its own adapter) and the judging rules on hand-built sessions.
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from agents.backends.transformers_backend import TransformersBackend
 from agents.families import split
 from agents.runtime import task_snapshot
 from agents.settings import Settings
+from app import exit_codes
 from app.console import ConsoleApp
 from app.screens.compare import (
     BASE,
@@ -140,6 +142,48 @@ async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.main
+
+
+async def test_an_ending_signal_stops_both_sides_stored_aborted_with_its_name(
+    store: TraceStore, tiny_model_dir: Path, tiny_adapter_dir: Path
+) -> None:
+    """SIGTERM during an A/B: both sides stored `aborted`, "stopped by SIGTERM", before
+    the console exits 130 (before, only the main screen's live session was stopped and
+    the sides stayed `running`)."""
+    store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
+    earlier = store.create_session(
+        TASK.prompt, title=TASK.title, settings={"task": task_snapshot(TASK)}
+    )
+    # ten ticks: still running when the signal comes
+    app = ConsoleApp(
+        store=store, settings=settings(tiny_model_dir).model_copy(update={"max_ticks": 10})
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
+        await pilot.press("A")
+        await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
+        picker = app.screen
+        assert isinstance(picker, AdapterPicker)
+        await until(pilot, lambda: bool(picker.adapters), "the adapters")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+
+        def running() -> list[int]:
+            listed = store.list_sessions(status=SessionStatus.RUNNING)
+            return [s.id for s in listed if s.id != earlier.id]
+
+        await until(pilot, lambda: len(running()) == 2, "both sides running", timeout=120)
+        sides = running()
+        app.end_by_signal(signal.SIGTERM)
+        await until(pilot, lambda: app.return_code is not None, "the exit", timeout=60)
+    assert app.return_code == exit_codes.INTERRUPTED
+    for session_id in sides:
+        session = store.get_session(session_id)
+        assert session.status is SessionStatus.ABORTED, session
+        assert session.status_reason == "stopped by SIGTERM", session
 
 
 async def test_a_b_needs_a_model_and_a_task(store: TraceStore) -> None:
