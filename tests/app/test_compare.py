@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
 from agents.backends.transformers_backend import TransformersBackend
@@ -72,6 +73,22 @@ def settings(model: Path) -> Settings:
     )
 
 
+async def open_a_b(pilot: Pilot[None], app: ConsoleApp) -> CompareScreen:
+    """Once the model is in: `A`, the first adapter in the picker, the comparison screen."""
+    await until(pilot, lambda: app.backend is not None, "the model")
+    await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
+    await pilot.press("A")
+    await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
+    picker = app.screen
+    assert isinstance(picker, AdapterPicker)
+    await until(pilot, lambda: bool(picker.adapters), "the adapters")
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")
+    screen = app.screen
+    assert isinstance(screen, CompareScreen)
+    return screen
+
+
 # -- the screen ------------------------------------------------------------------------------------
 
 
@@ -86,17 +103,7 @@ async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
     notes = Notes()
     app = ConsoleApp(store=store, settings=settings(tiny_model_dir))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
-        await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
-        await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
-        picker = app.screen
-        assert isinstance(picker, AdapterPicker)
-        await until(pilot, lambda: bool(picker.adapters), "the adapters")
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        screen = await open_a_b(pilot, app)
         assert screen.agent_task.prompt == TASK.prompt and screen.adapter == "tuned"
         await until(pilot, lambda: screen.sides != {}, "both sides to start")
         # While it runs the model is the comparison's: no session from the main screen.
@@ -159,17 +166,7 @@ async def test_an_ending_signal_stops_both_sides_stored_aborted_with_its_name(
         store=store, settings=settings(tiny_model_dir).model_copy(update={"max_ticks": 10})
     )
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
-        await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
-        await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
-        picker = app.screen
-        assert isinstance(picker, AdapterPicker)
-        await until(pilot, lambda: bool(picker.adapters), "the adapters")
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        await open_a_b(pilot, app)
 
         def running() -> list[int]:
             listed = store.list_sessions(status=SessionStatus.RUNNING)

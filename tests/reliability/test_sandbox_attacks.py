@@ -316,6 +316,8 @@ def test_attack_memory_spread_over_many_processes(workdir: Path) -> None:
 
 # --- the work dir's bytes and files ---------------------------------------------------
 
+#: The checkout: a script run with `python -c` imports the project from here.
+ROOT = Path(__file__).resolve().parents[2]
 #: A work dir small enough to fill in a test: 16 MiB, 2,000 entries.
 SMALL_WORKDIR = dataclasses.replace(FAST, workdir_bytes=16 << 20, workdir_files=2_000)
 
@@ -498,7 +500,7 @@ def test_a_work_dir_a_killed_console_left_mounted_is_written_back(workdir: Path)
         [sys.executable, "-c", DEAD_CONSOLE, str(workdir)],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
     )
     try:
         assert console.stdout is not None and console.stdout.readline().strip() == "ready"
@@ -545,7 +547,7 @@ def test_without_the_privilege_to_mount_the_work_dir_is_checked_during_each_call
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
