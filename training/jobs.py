@@ -109,6 +109,9 @@ class JobOptions:
     labels_from: str | None = None
     #: only these sessions' labels (None: every session's); the learning bench's points
     sessions: tuple[int, ...] | None = None
+    #: torch threads on a CPU (None: all cores but one, which the console keeps); a test
+    #: or bench that waits idle for the job gives it every core
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -127,6 +130,7 @@ class JobOptions:
             (self.save_steps > 0, "save_steps must be > 0"),
             (self.logging_steps > 0, "logging_steps must be > 0"),
             (self.batch_size is None or self.batch_size > 0, "batch_size must be > 0"),
+            (self.cpu_threads is None or self.cpu_threads > 0, "cpu_threads must be > 0"),
             (self.poll_seconds >= 0, "poll_seconds must be >= 0"),
         ]
         for ok, message in checks:

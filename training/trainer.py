@@ -32,7 +32,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -897,6 +897,8 @@ def run_training(
         qlora=options.qlora,
         batch_size=options.batch_size,
     )
+    if options.cpu_threads and settings.device == "cpu":
+        settings = replace(settings, cpu_threads=options.cpu_threads)
     reporter.log(f"settings: {settings.describe()}", settings=settings.as_dict())
     for note in settings.notes:
         reporter.log(f"settings: {note}")

@@ -16,6 +16,7 @@ below is not met (the learning issue's closing note).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -110,6 +111,8 @@ def test_an_adapter_taught_on_three_sessions_prefers_held_out_tasks_right_orient
         labels_from=str(starter.SESSIONS),
         sessions=TAUGHT_SESSIONS,
         save_steps=10_000,
+        # the test waits idle for the job: every core (the console keeps one by default)
+        cpu_threads=os.cpu_count(),
     )
     job = queue_job(store, options, data_dir=tmp_path / "data")
     for _ in follow(store, job.id, poll=0.5):
