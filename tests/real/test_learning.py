@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from agents import blocks
-from agents.backends.transformers_backend import TransformersBackend
+from agents.backends.transformers_backend import TransformersBackend, cpu_has_bf16
 from agents.families import Variant, split, variant
 from agents.runtime import Event, Runtime
 from storage import JobStatus, Node, TraceStore
@@ -131,7 +131,10 @@ def test_an_adapter_taught_on_three_sessions_prefers_held_out_tasks_right_orient
     finally:
         backend.close()
     tokenizer = AutoTokenizer.from_pretrained(gemma_dir)
-    model = AutoModelForCausalLM.from_pretrained(gemma_dir, dtype=torch.bfloat16)
+    # bf16 where the CPU multiplies it natively; emulated elsewhere it is several times
+    # slower than float32 (a 2-core AVX2 machine)
+    dtype = torch.bfloat16 if cpu_has_bf16(torch) else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(gemma_dir, dtype=dtype)
     right = [
         blocks.block_completion(dataclasses.replace(node, text=v.orientation))
         for node, v in zip(written, HELD_OUT, strict=True)
@@ -148,6 +151,6 @@ def test_an_adapter_taught_on_three_sessions_prefers_held_out_tasks_right_orient
         f" (the base's own orientation names the files: {names_the_task(n.text, v)})"
         for v, b, a, n in zip(HELD_OUT, base, after, written, strict=True)
     )
-    print(report)
+    print(report, f"; scored in {time.monotonic() - started - trained:.0f} s")
     assert all(g >= EACH for g in gains), report
     assert sum(gains) / len(gains) >= MARGIN, report

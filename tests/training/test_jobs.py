@@ -183,13 +183,13 @@ def trained(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
 ) -> Iterator[tuple[TraceStore, dict[str, tuple[Job, list[JobEvent]]]]]:
     """One SFT and one DPO job on the same labels, both queued at once (two workers side
-    by side on one SQLite store), run to the end; the DPO job told to use 3 threads."""
+    by side on one SQLite store), run to the end; the DPO job told to use 2 threads."""
     root = tmp_path_factory.mktemp("jobs")
     with TraceStore(root / "traces.db") as opened, workers_stopped(opened) as store:
         label_sessions(store)
         sft = queue_job(store, options(tiny_model_dir, JobKind.SFT), data_dir=root / "data")
         dpo = queue_job(
-            store, options(tiny_model_dir, JobKind.DPO, cpu_threads=3), data_dir=root / "data"
+            store, options(tiny_model_dir, JobKind.DPO, cpu_threads=2), data_dir=root / "data"
         )
         assert sft.status is JobStatus.QUEUED or sft.status is JobStatus.RUNNING
         assert sft.pid is not None and sft.pid != dpo.pid
@@ -216,7 +216,7 @@ def test_job_runs_to_completion_in_a_detached_worker(
     assert not settings.data["settings"]["gradient_checkpointing"]
     # all cores but one, unless the job says how many
     default = max(1, (os.cpu_count() or 1) - 1)
-    assert settings.data["settings"]["cpu_threads"] == (default if kind == "sft" else 3)
+    assert settings.data["settings"]["cpu_threads"] == (default if kind == "sft" else 2)
     rows = [json.loads(line) for line in (job_dir(job) / "dataset.jsonl").read_text().splitlines()]
     assert len(rows) == 4
     assert set(rows[0]) >= ({"prompt", "completion"} if kind == "sft" else {"chosen", "rejected"})
