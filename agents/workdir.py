@@ -153,7 +153,8 @@ class BoundedWorkdir:
 
     def unmount(self, write_back: bool = True) -> None:
         """Write the tmpfs's files back to the folder below (unless told not to) and
-        detach the tmpfs. Idempotent."""
+        detach the tmpfs. Idempotent. A write back that fails leaves the tmpfs mounted,
+        its files whole, for the next `mount` to write back as a dead console's."""
         below, self._below = self._below, -1
         if below < 0:
             return
@@ -162,7 +163,7 @@ class BoundedWorkdir:
                 _replace_tree(self.path, _fd_path(below), self.max_bytes)
         finally:
             os.close(below)
-            _unmount(self.path)
+        _unmount(self.path)
 
     def _write_back_stale(self) -> None:
         """The folder is a mount point: a tmpfs whose console died. Its files go to the
