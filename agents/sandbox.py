@@ -31,12 +31,11 @@ import signal
 import struct
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,13 @@ if TYPE_CHECKING:
 import contextlib
 
 from agents import kernel as kernel_module
+from agents.python_inside import (
+    BIN_INSIDE,
+    overlay_script,
+    python_layout,
+    site_packages,
+    stage,
+)
 from agents.workdir import BoundedWorkdir, WorkdirError, can_mount, usage
 
 log = logging.getLogger("agents.sandbox")
@@ -195,6 +201,12 @@ class _Host:
     memory_cgroup: Path | None
     mount_problem: str | None
     """Why the work dir cannot be a sized tmpfs here (None: it can)."""
+    python_binds: tuple[tuple[str, str], ...] = ()
+    """(host folder, path inside) of the Python installation and the venv's packages."""
+    python_script: str | None = None
+    """Mounts the Python's overlays in the kernel's private mount namespace (None: the
+    folders are bound as they are, and the mount table names their host paths)."""
+    unshare: str = "unshare"
 
 
 _probe_lock = threading.Lock()
@@ -261,8 +273,18 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         pids_cgroup=_find_cgroup("pids") if os.geteuid() == 0 else None,
         memory_cgroup=_find_cgroup("memory") if os.geteuid() == 0 else None,
         mount_problem=can_mount(),
+        python_binds=python_layout().mounts,
     )
-    trial = _trial_run(host)
+    trial: str | None = "not tried"
+    overlay = _python_overlay(host)
+    if overlay is not None:
+        trial = _trial_run(overlay)
+        if trial is None:
+            host = overlay
+        else:
+            log.warning("the sandbox's Python cannot be shown through an overlay: %s", trial)
+    if trial is not None:
+        trial = _trial_run(host)
     if trial is not None:
         return SandboxStatus(
             False, f"bubblewrap {version} cannot start a sandbox: {trial}", _userns_fix()
@@ -286,6 +308,13 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         parts.append("memory limit by memory cgroup")
     else:
         warnings.append("no total memory limit (no writable memory cgroup): per process only")
+    if host.python_script is not None:
+        parts.append(f"Python shown at {python_layout().executable} through an overlay")
+    elif any(host_path != inside for host_path, inside in host.python_binds):
+        warnings.append(
+            "the mount table inside names the Python installation's host folders "
+            "(an overlay needs root with CAP_SYS_ADMIN, unshare and mount)"
+        )
     if host.mount_problem is None:
         parts.append("work dir bounded by a sized tmpfs")
     else:
@@ -450,13 +479,49 @@ class _Cgroup:
         log.warning("could not remove the cgroup %s", path)
 
 
+def _python_overlay(host: _Host) -> _Host | None:
+    """`host` with the Python's folders shown through overlays, where it may mount them."""
+    layout = python_layout()
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if host.mount_problem is not None or not layout.mounts or unshare is None or mount is None:
+        return None
+    staging = host.static_dir / "python"
+    binds = stage(staging, layout)
+    return replace(
+        host,
+        python_binds=tuple(binds),
+        python_script=overlay_script(staging, layout, mount),
+        unshare=unshare,
+    )
+
+
+def _wrapped(host: _Host, argv: list[str], cgroup_procs: list[str]) -> list[str]:
+    """`argv` run by a shell that first joins the cgroups (nothing escapes them) and mounts
+    the Python's overlays, in a mount namespace of its own where it mounts any."""
+    steps = [f'echo $$ > "${i}"' for i in range(1, len(cgroup_procs) + 1)]
+    if host.python_script is not None:
+        steps.append(host.python_script)
+    if not steps:
+        return argv
+    script = " && ".join([*steps, f"shift {len(cgroup_procs)}", 'exec "$@"'])
+    command = ["/bin/sh", "-c", script, "sh", *cgroup_procs, *argv]
+    if host.python_script is not None:
+        command = [host.unshare, "--mount", "--propagation", "private", *command]
+    return command
+
+
+#: bwrap's own environment (PID 1 inside reads it): no host path in it.
+_HOST_SIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
 def _trial_run(host: _Host) -> str | None:
     """Start a trivial sandboxed Python the way a kernel starts; say what went wrong."""
     argv, pass_fds, cleanup = _sandbox_argv(host, Limits(), host.static_dir / "probe")
+    python = python_layout().executable
     try:
         done = subprocess.run(
-            [*argv, sys.executable, "-I", "-S", "-c", "import os; os.getuid()"],
-            env=_sandbox_env(WORKDIR_INSIDE),
+            _wrapped(host, [*argv, python, "-I", "-S", "-c", "import os; os.getuid()"], []),
+            env=_HOST_SIDE_ENV,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             pass_fds=pass_fds,
@@ -501,17 +566,6 @@ def _userns_fix() -> str:
     )
 
 
-def _python_binds() -> list[str]:
-    """The Python installation and the venv, read-only, at the same paths as outside."""
-    binds: list[str] = []
-    for prefix in dict.fromkeys([sys.base_prefix, sys.prefix]):
-        real = os.path.realpath(prefix)
-        if real == "/usr" or real.startswith("/usr/"):
-            continue
-        binds += ["--ro-bind", real, prefix]
-    return binds
-
-
 def _sandbox_argv(
     host: _Host, limits: Limits, workdir: Path
 ) -> tuple[list[str], list[int], Callable[[], None]]:
@@ -550,7 +604,9 @@ def _sandbox_argv(
     argv += [
         "--perms", "0444", "--file", fd_of(host.static_dir / "passwd"), "/etc/passwd",
         "--perms", "0444", "--file", fd_of(host.static_dir / "group"), "/etc/group",
-        *_python_binds(),
+        *(arg for source, inside in host.python_binds for arg in ("--ro-bind", source, inside)),
+        "--symlink", python_layout().executable, f"{BIN_INSIDE}/python",
+        "--symlink", python_layout().executable, f"{BIN_INSIDE}/python3",
         "--perms", "0444", "--file", fd_of(host.kernel), _KERNEL_INSIDE,
         "--proc", "/proc", "--dev", "/dev",
         # The sandbox's uid is the console's outside: as root, it could write the host's
@@ -566,7 +622,7 @@ def _sandbox_argv(
     # the work dir, /tmp and /dev/shm are the only places block code can write.
     argv += ["--remount-ro", "/"]
     argv += ["--clearenv"]
-    for key, value in _sandbox_env(WORKDIR_INSIDE).items():
+    for key, value in _sandbox_env(WORKDIR_INSIDE, inside=True).items():
         argv += ["--setenv", key, value]
     if host.seccomp_file is not None:
         argv += ["--seccomp", fd_of(host.seccomp_file)]
@@ -585,17 +641,21 @@ def _sandbox_argv(
     return [host.bwrap, "--args", str(options_r), "--"], pass_fds, cleanup
 
 
-def _sandbox_env(home: str) -> dict[str, str]:
+def _sandbox_env(home: str, *, inside: bool) -> dict[str, str]:
+    """Block code's environment: `inside` the sandbox, its Python by the paths it has
+    there (`python` runs the kernel's interpreter with the venv's packages)."""
     path = "/usr/local/bin:/usr/bin:/bin"
-    if sys.prefix != sys.base_prefix:
-        path = f"{sys.prefix}/bin:{path}"
-    return {
-        "PATH": path,
-        "HOME": home,
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = {"HOME": home, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+    if not inside:
+        if sys.prefix != sys.base_prefix:
+            path = f"{sys.prefix}/bin:{path}"
+        return {"PATH": path, **env}
+    layout = python_layout()
+    env["PATH"] = f"{BIN_INSIDE}:{path}"
+    env["PYTHONPATH"] = ":".join(layout.sys_path)
+    if layout.library_path is not None:
+        env["LD_LIBRARY_PATH"] = layout.library_path
+    return env
 
 
 class _Stop(Exception):
@@ -744,7 +804,7 @@ class Kernel:
         if not self.workdir.is_dir():
             raise SandboxError(f"the work dir {self.workdir} is not a folder")
         limits = asdict(self.limits)
-        python = [sys.executable, "-I", "-S", "-B"]
+        flags = ["-I", "-S", "-B"]
         cleanup: Callable[[], None] = _nothing
         pass_fds: list[int] = []
         if self.unsafe:
@@ -753,16 +813,17 @@ class Kernel:
                 "no filesystem or network isolation); it can do anything this user can",
                 self.workdir,
             )
-            argv = [*python, str(KERNEL_SCRIPT)]
-            env = _sandbox_env(str(self.workdir))
+            argv = [sys.executable, *flags, str(KERNEL_SCRIPT)]
+            env = _sandbox_env(str(self.workdir), inside=False)
+            sys_path = site_packages()
         else:
             host = _host()
             self._bound_workdir(host)
             prefix, pass_fds, cleanup = _sandbox_argv(host, self.limits, self.workdir)
-            argv = [*prefix, *python, _KERNEL_INSIDE]
+            sys_path = list(python_layout().sys_path)
             # Not the console's environment: bwrap's init is PID 1 inside, and block code can
             # read /proc/1/environ.
-            env = _sandbox_env(WORKDIR_INSIDE)
+            env = _HOST_SIDE_ENV
             # One cgroup per hierarchy: on cgroup v2 both limits share one folder (a process
             # is in one cgroup there), on v1 each controller has its own.
             wanted: dict[Path, dict[str, int]] = {}
@@ -776,16 +837,11 @@ class Kernel:
                 wanted.setdefault(limit.parent, {})[limit.name] = self.limits.total_memory_bytes
             for base, limits_here in wanted.items():
                 self._cgroups.append(_Cgroup(base, limits_here))
-            if self._cgroups:
-                # The shell joins the cgroups before it becomes bwrap: nothing escapes them.
-                joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(self._cgroups)))
-                argv = [
-                    "/bin/sh",
-                    "-c",
-                    f'{joins} && shift {len(self._cgroups) - 1} && exec "$@"',
-                    *(str(cgroup.procs) for cgroup in self._cgroups),
-                    *argv,
-                ]
+            argv = _wrapped(
+                host,
+                [*prefix, python_layout().executable, *flags, _KERNEL_INSIDE],
+                [str(cgroup.procs) for cgroup in self._cgroups],
+            )
         requests_r, requests_w = os.pipe()
         responses_r, responses_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
@@ -794,7 +850,7 @@ class Kernel:
             "responses_fd": responses_w,
             "workdir": self.workdir_inside,
             "limits": limits,
-            "sys_path": _site_packages(),
+            "sys_path": sys_path,
         }
         try:
             self._proc = _spawn(
@@ -1116,13 +1172,6 @@ def _result_from(response: dict[str, Any]) -> CallResult:
         else {},
         finished=response["finished"] if isinstance(response.get("finished"), str) else None,
     )
-
-
-def _site_packages() -> list[str]:
-    """The venv's packages, importable by block code (the kernel starts with -S, so no .pth
-    file runs)."""
-    paths = sysconfig.get_paths()
-    return list(dict.fromkeys(p for p in (paths["purelib"], paths["platlib"]) if os.path.isdir(p)))
 
 
 def _nothing() -> None:

@@ -34,6 +34,7 @@ log = logging.getLogger("agents.workdir")
 
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
+_MS_BIND = 0x1000
 _MNT_DETACH = 0x2
 _COPY_CHUNK = 1 << 20
 
@@ -167,15 +168,24 @@ class BoundedWorkdir:
 
     def _write_back_stale(self) -> None:
         """The folder is a mount point: a tmpfs whose console died. Its files go to the
-        folder under it, found by mounting nothing and looking below: detach first, keep a
-        descriptor of the tmpfs's root to read from."""
-        top = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        folder under it: the tmpfs is bound to a staging folder, detached from the work
+        dir, copied from the staging folder, then detached there. A copy that fails binds
+        it back over the work dir, its files whole, to be tried again on the next mount."""
+        staging = Path(tempfile.mkdtemp(prefix="agent-console-stale-"))
         try:
-            _unmount(self.path)
-            # detached, the tmpfs is still readable through the descriptor
-            _replace_tree(Path(_fd_path(top)), str(self.path), self.max_bytes)
+            _bind(self.path, staging)
+            try:
+                _unmount(self.path)
+                try:
+                    _replace_tree(staging, str(self.path), self.max_bytes)
+                except BaseException:
+                    _bind(staging, self.path)
+                    raise
+            finally:
+                _unmount(staging)
         finally:
-            os.close(top)
+            with contextlib.suppress(OSError):
+                staging.rmdir()
 
 
 def _is_tmpfs_mount(path: Path) -> bool:
@@ -223,6 +233,12 @@ def _mount_tmpfs(path: Path, max_bytes: int, max_files: int) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise WorkdirError(f"cannot mount a tmpfs ({os.strerror(code)})")
+
+
+def _bind(source: Path, target: Path) -> None:
+    if _libc_handle().mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None):
+        code = ctypes.get_errno()
+        raise WorkdirError(f"cannot bind {source} to {target} ({os.strerror(code)})")
 
 
 def _unmount(path: Path | str) -> None:

@@ -787,20 +787,23 @@ def test_attack_namespaces_mounts_and_ptrace_are_refused(kernel: Kernel) -> None
 
 def test_a_python_installed_under_tmp_still_runs_inside(tmp_path: Path) -> None:
     """The sandbox mounts its own /tmp; a console whose venv lies under the host's /tmp
-    (a CI clone, say) must still find its interpreter there."""
+    (a CI clone, say) must still find its interpreter and the venv's packages there."""
     import sys
     import sysconfig
 
     venv = Path("/tmp") / f"agent-console-venv-{uuid.uuid4().hex[:8]}"
     try:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        packages = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        (packages / "site-packages" / "planted_in_the_venv.py").write_text("WHERE = 'venv'\n")
         repo = Path(__file__).resolve().parents[2]
         paths = [str(repo), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
         probe = (
             "import sys; from pathlib import Path; from agents.sandbox import Kernel\n"
             "assert sys.prefix.startswith('/tmp/'), sys.prefix\n"
             f"with Kernel(Path({str(tmp_path)!r})) as k:\n"
-            '    k.start(); k.exec_block(\'self.add_action("p", lambda s: __import__("sys").executable)\')\n'
+            "    k.start(); k.exec_block('import sys, planted_in_the_venv as p\\n'\n"
+            "        'self.add_action(\"p\", lambda s: [sys.executable, p.WHERE, p.__file__])')\n"
             "    print(k.call_action('p').value)\n"
         )
         done = subprocess.run(
@@ -811,6 +814,8 @@ def test_a_python_installed_under_tmp_still_runs_inside(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == str(venv / "bin" / "python")  # that very interpreter
+        executable, where, path = eval(done.stdout)
+        assert executable.startswith("/opt/python/bin/python") and where == "venv", done.stdout
+        assert path == "/opt/python-packages/planted_in_the_venv.py"
     finally:
         shutil.rmtree(venv, ignore_errors=True)

@@ -36,7 +36,8 @@ import pytest
 
 from agents import workdir as workdir_module
 from agents.approval import Decision
-from agents.sandbox import CallResult, Kernel, Limits
+from agents.python_inside import path_inside, python_layout
+from agents.sandbox import CallResult, Kernel, Limits, SandboxError
 from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.agents.test_sandbox import FAST, REQUIRE_ENV, everything, ok
 from tests.support.answer_task import TASK
@@ -223,7 +224,8 @@ def test_attack_the_consoles_own_code_models_and_caches(kernel: Kernel) -> None:
 
     import agents
 
-    site = sysconfig.get_paths()["purelib"]
+    host_site = sysconfig.get_paths()["purelib"]
+    site = path_inside(host_site)
     source = Path(agents.__file__).resolve().parent
     hf_cache = Path.home() / ".cache" / "huggingface"
     planted = [Path(site) / f"pwned_{uuid.uuid4().hex}.py", source / "pwned.py"]
@@ -235,7 +237,7 @@ def test_attack_the_consoles_own_code_models_and_caches(kernel: Kernel) -> None:
         "attempt('plant in the source', lambda: open(planted[1], 'w').write('import os'))\n"
         "attempt('read the source', lambda: os.listdir(source))\n"
         "attempt('read the HF cache', lambda: os.listdir(hf))\n"
-        f"attempt('overwrite the stdlib', lambda: open({os.path.realpath(os.__file__)!r}, 'ab'))\n"
+        f"attempt('overwrite the stdlib', lambda: open({path_inside(os.__file__)!r}, 'ab'))\n"
         "attempt('site-packages readable', lambda: 'torch' in os.listdir(site))\n",
     )
     # Site-packages and Python are bound read-only (block code may import numpy); the
@@ -244,7 +246,7 @@ def test_attack_the_consoles_own_code_models_and_caches(kernel: Kernel) -> None:
     assert tried["plant in site-packages"] == "EROFS", done
     assert tried["overwrite the stdlib"] == "EROFS"
     assert tried["read the HF cache"] == "ENOENT"
-    if not str(source).startswith(site):
+    if not str(source).startswith(host_site):
         assert tried["plant in the source"] == "ENOENT"
         assert tried["read the source"] == "ENOENT"
     assert tried["site-packages readable"] in (True, False)
@@ -418,23 +420,36 @@ def test_attack_links_fifos_and_sparse_files_in_the_write_back(workdir: Path) ->
     assert os.readlink(workdir / "passwd") == "/etc/passwd"
 
 
-def test_attack_find_the_work_dirs_host_path(workdir: Path) -> None:
-    """The work dir is a tmpfs of its own: its host path is in no mount table, command
-    line or environment inside."""
+def test_attack_find_the_host_paths_of_the_work_dir_and_the_python(workdir: Path) -> None:
+    """The work dir is a tmpfs of its own and the Python's folders are overlays at /opt:
+    no host path of the work dir, the checkout, the venv or the Python installation is in
+    a mount table, command line, environment or `sys` inside; the shell's `python` is the
+    kernel's, with the venv's packages."""
     mountable()
     with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
         tried, done = attack(
             kernel,
+            "import subprocess, sys\n"
             "attempt('mounts', lambda: open('/proc/self/mountinfo').read())\n"
             "attempt('cmdlines', lambda: [open(f'/proc/{p}/cmdline').read()\n"
             "    for p in os.listdir('/proc') if p.isdigit()])\n"
-            "attempt('environ', lambda: open('/proc/1/environ').read())\n"
-            "attempt('cwd', os.getcwd)\n",
+            "attempt('environ', lambda: [open(f'/proc/{p}/environ').read()\n"
+            "    for p in os.listdir('/proc') if p.isdigit()])\n"
+            "attempt('cwd', os.getcwd)\n"
+            "attempt('sys', lambda: [sys.executable, sys.prefix, sys.base_prefix, sys.path])\n"
+            "attempt('shell python', lambda: subprocess.run(\n"
+            "    'python -c \"import sys, numpy; print(sys.prefix, numpy.__file__)\"',\n"
+            "    shell=True, capture_output=True, text=True).stdout)\n",
         )
     assert " /workspace " in tried["mounts"], tried["mounts"]
+    assert " /opt/python ro," in tried["mounts"], tried["mounts"]
     assert tried["cwd"] == "/workspace"
-    for name in (str(workdir), str(workdir.parent)):
-        assert name not in everything(done) and name not in repr(tried)
+    assert tried["sys"][0] == python_layout().executable, tried["sys"]
+    assert tried["shell python"].startswith("/opt/python /opt/python-packages/"), tried
+    host_paths = {str(workdir), str(workdir.parent), str(ROOT), sys.prefix, sys.base_prefix}
+    host_paths |= {os.path.realpath(path) for path in host_paths}
+    for name in host_paths:
+        assert name not in everything(done) and name not in repr(tried), name
 
 
 FILL = """def fill(subagent):
@@ -496,6 +511,16 @@ time.sleep(600)
 
 def test_a_work_dir_a_killed_console_left_mounted_is_written_back(workdir: Path) -> None:
     mountable()
+    leave_a_dead_consoles_work_dir(workdir)
+    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+        read = ok(kernel.exec_block("self.add_action('r', lambda s: open('written.txt').read())"))
+        assert read.ok and ok(kernel.call_action("r")).value == "before the kill"
+    assert not os.path.ismount(workdir)
+    assert (workdir / "written.txt").read_text() == "before the kill"
+
+
+def leave_a_dead_consoles_work_dir(workdir: Path) -> None:
+    """A console that mounted `workdir`'s tmpfs, wrote to it, and was killed with -9."""
     console = subprocess.Popen(
         [sys.executable, "-c", DEAD_CONSOLE, str(workdir)],
         stdout=subprocess.PIPE,
@@ -508,11 +533,38 @@ def test_a_work_dir_a_killed_console_left_mounted_is_written_back(workdir: Path)
         console.kill()
         console.wait()
     assert os.path.ismount(workdir)  # the tmpfs outlives the console that mounted it
-    with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
-        read = ok(kernel.exec_block("self.add_action('r', lambda s: open('written.txt').read())"))
-        assert read.ok and ok(kernel.call_action("r")).value == "before the kill"
-    assert not os.path.ismount(workdir)
-    assert (workdir / "written.txt").read_text() == "before the kill"
+
+
+def test_a_dead_consoles_work_dir_whose_write_back_fails_stays_mounted_whole(
+    tmp_path: Path,
+) -> None:
+    """The disk below is full: the write back fails, the kernel does not start, and the
+    tmpfs stays over the work dir with every file; once there is room, the next start
+    writes it back."""
+    mountable()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk], check=True)
+    try:
+        workdir = disk / "work"
+        workdir.mkdir()
+        leave_a_dead_consoles_work_dir(workdir)
+        (workdir / "big").write_bytes(b"x" * (4 << 20))
+        with pytest.raises(SandboxError, match=r"could not be bounded.*No space left"):
+            Kernel(workdir, limits=SMALL_WORKDIR).start()
+        assert os.path.ismount(workdir)
+        assert (workdir / "big").stat().st_size == 4 << 20
+        assert (workdir / "written.txt").read_text() == "before the kill"
+        subprocess.run(["mount", "-o", "remount,size=64m", disk], check=True)
+        with Kernel(workdir, limits=SMALL_WORKDIR) as kernel:
+            assert (
+                ok(kernel.exec_block("import os\nprint(os.path.getsize('big'))")).stdout
+                == "4194304\n"
+            )
+        assert not os.path.ismount(workdir)
+        assert (workdir / "big").stat().st_size == 4 << 20
+    finally:
+        subprocess.run(["umount", "-l", disk], check=False)
 
 
 CHECKED = """
@@ -522,6 +574,7 @@ from agents.sandbox import Kernel, Limits, sandbox_status
 limits = Limits(wall_seconds=30, workdir_bytes=8 << 20, workdir_files=100)
 out = {"status": sandbox_status().detail}
 with Kernel(Path(sys.argv[1]), limits=limits) as kernel:
+    out["executable"] = kernel.exec_block("import sys\\nprint(sys.executable)").stdout
     for name, code in (
         ("bytes", "with open('big', 'wb') as f:\\n    f.write(b'x' * (12 << 20))\\n"
                   "import time\\ntime.sleep(25)"),
@@ -552,6 +605,10 @@ def test_without_the_privilege_to_mount_the_work_dir_is_checked_during_each_call
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert "the work dir is checked during and after each call, not bounded" in out["status"]
+    # the Python's folders are bound as they are: named at /opt, their host paths in the
+    # mount table
+    assert "the mount table inside names the Python installation's host" in out["status"]
+    assert out["executable"] == python_layout().executable + "\n", out
     ok_, killed, error, duration = out["bytes"]
     assert (ok_, killed) == (False, "disk"), out
     assert "12.0 MiB, past its limit of 8.0 MiB" in error and duration < 10, out
