@@ -1,8 +1,11 @@
-"""Console start-up: from launching Python to the console's first frame, on a real store.
+"""Console start-up: from launching Python to the console's first frame, on a real store,
+against a bare Textual app (one Static) measured the same way in the same run.
 
-Run: `.venv/bin/python bench/startup.py`. The child process imports the app, opens the
-store and runs the console headless (Textual's test driver); it prints a marker once the
-first frame is up, and the parent times launch to marker.
+Run: `.venv/bin/python bench/startup.py [--runs N]`. Each child imports its app, (the
+console: opens the store) and runs it headless (Textual's test driver); it prints a marker
+when Textual hands its first frame to the driver, and the parent times launch to marker. The
+two alternate, and
+the ratio is taken pair by pair.
 """
 
 from __future__ import annotations
@@ -14,8 +17,26 @@ import tempfile
 import time
 from pathlib import Path
 
-CHILD = """
-import asyncio, sys
+HOOK = """
+import asyncio, os, sys
+from textual.app import App
+
+_display = App._display
+
+def first_display(self, screen, renderable):
+    # the first frame Textual hands to its driver (headless here, so not written)
+    if renderable is not None and not getattr(App, "drawn", False):
+        App.drawn = True
+        print("frame", flush=True)
+        print("heavy" if {"torch", "transformers"} & set(sys.modules) else "light", flush=True)
+    _display(self, screen, renderable)
+
+App._display = first_display
+"""
+
+CHILD = (
+    HOOK
+    + """
 from agents.settings import Settings
 from app.console import ConsoleApp
 from storage import TraceStore
@@ -24,18 +45,38 @@ async def main():
     with TraceStore(sys.argv[1]) as store:
         app = ConsoleApp(store=store, settings=Settings())
         async with app.run_test() as pilot:
-            await pilot.pause()
-            print("frame", flush=True)
-            print("heavy" if {"torch", "transformers"} & set(sys.modules) else "light", flush=True)
+            while not getattr(App, "drawn", False):
+                await pilot.pause(0.01)
+            os._exit(0)
 
 asyncio.run(main())
 """
+)
+
+BARE = (
+    HOOK
+    + """
+from textual.widgets import Static
+
+class Bare(App):
+    def compose(self):
+        yield Static("bare")
+
+async def main():
+    async with Bare().run_test() as pilot:
+        while not getattr(App, "drawn", False):
+            await pilot.pause(0.01)
+        os._exit(0)
+
+asyncio.run(main())
+"""
+)
 
 
-def first_frame(db: Path) -> tuple[float, str]:
+def first_frame(db: Path, child: str = CHILD) -> tuple[float, str]:
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(db)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", child, str(db)], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -48,15 +89,23 @@ def first_frame(db: Path) -> tuple[float, str]:
 
 
 def main() -> None:
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 7
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "startup.db"
-        times = []
-        for _ in range(5):
+        first_frame(db)  # creates the store; not counted
+        first_frame(db, BARE)
+        times, bare, ratios = [], [], []
+        for _ in range(runs):
             elapsed, imports = first_frame(db)
+            baseline, _ = first_frame(db, BARE)
             times.append(elapsed)
+            bare.append(baseline)
+            ratios.append(elapsed / baseline)
         print(
-            f"console first frame: {times[0] * 1000:.0f} ms first run, "
-            f"{statistics.median(times) * 1000:.0f} ms median   (goal: well under 1 s; "
+            f"console first frame: {statistics.median(times) * 1000:.0f} ms median, "
+            f"bare Textual app {statistics.median(bare) * 1000:.0f} ms, ratio "
+            f"{statistics.median(ratios):.2f}x median of {runs} pairs "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f}; goal: within 1.5x; "
             f"heavy libraries loaded: {'yes' if imports == 'heavy' else 'no'})"
         )
 
