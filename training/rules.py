@@ -1,5 +1,5 @@
-"""Which blocks of the trace tree are training data: DESIGN.md's "Training data from the
-tree", applied to one session's tree and what the operator said about it.
+"""Which blocks of the trace tree are training data: docs/architecture.md's "Training data
+from the tree", applied to one session's tree and what the operator said about it.
 
 Nothing here renders a prompt; the dataset builders do that later from the ids these
 rules pick. That keeps the rules cheap enough to count after every label, and keeps them

@@ -1,8 +1,9 @@
-"""A newcomer's first hour, walked in a real terminal: the README's steps, in order, with
-nothing but keys typed into tmux and what `capture-pane` shows.
+"""A newcomer's first hour, walked in a real terminal: the steps of docs/console.md, "A
+first hour without a model download", in order, with nothing but keys typed into tmux
+and what `capture-pane` shows.
 
-1. `agent-console --db FILE --model TINY --task fix_failing_test` (the README's way to start a
-   shipped task, with the settings its "first hour" paragraph gives): the status bar says
+1. `agent-console --db FILE --model TINY --task fix_failing_test` (the docs' way to start a
+   shipped task, with the settings their "first hour" gives): the status bar says
    the model is loading, then names it; the session appears and the approval modal asks.
 2. `a` approves the first action; at the next one `e` opens the editor, the operator types
    the fix (the one `tests/training/test_closed_loop.py` teaches, with a 3 s pause in it)
@@ -56,7 +57,8 @@ FIX = [
     '    return "fixed"',
     'self.add_action("Fix the off-by-one in ngrams", fix)',
 ]
-#: The README's "first hour" settings: small blocks, two candidates, no escalation.
+#: The "first hour" settings (README, docs/console.md): small blocks, two candidates, no
+#: escalation.
 AGENT = [
     "--candidates",
     "2",
@@ -311,7 +313,7 @@ def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Pa
 
 
 def test_the_consoles_own_option_after_a_command_says_where_it_goes(tmp_path: Path) -> None:
-    """The README's training line as a newcomer first types it: `--db` after the command.
+    """The first hour's training line as a newcomer first types it: `--db` after the command.
     One line says it belongs before the command (exit 2), and nothing is created."""
     db = tmp_path / "traces.db"
     done = subprocess.run(

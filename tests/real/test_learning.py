@@ -7,7 +7,8 @@ variant (the operator's, naming the variant's own files and goal), after exactly
 context the agent sees: the runtime renders it (a real session on the base, stopped as
 its first orientation is stored) and the stored prompt hash vouches for it. The base
 finds these orientations unlikely and writes others (it names the files in about 1 of 30
-held-out sessions: README, "Learning"); the taught adapter finds them far likelier.
+held-out sessions: docs/benchmarks.md, "Learning"); the taught adapter finds them far
+likelier.
 
 With the learning rate at 1e-12 the adapter is the base and the test fails: the margin
 below is not met (the learning issue's closing note).

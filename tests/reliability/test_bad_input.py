@@ -7,10 +7,10 @@ variable but the case's own), over a table of bad inputs to every subcommand: un
 flags, missing values, wrong types, ids and names that do not exist, broken config files,
 environment variables, task files, tasks files and trace stores (random bytes, text, a
 truncated database, a folder, one written by a newer agent-console, a read-only one),
-and 2 GB (sparse) files that must be refused unread. Each case checks the exit code the
-README documents, that stderr is one `...: error: ...` line naming the problem and stdout
-is empty, that no traceback appears, and that every file of the case's folder is byte
-for byte what it was, with nothing added beside it (no -wal, no partial output).
+and 2 GB (sparse) files that must be refused unread. Each case checks the exit code
+docs/reference.md documents, that stderr is one `...: error: ...` line naming the problem
+and stdout is empty, that no traceback appears, and that every file of the case's folder
+is byte for byte what it was, with nothing added beside it (no -wal, no partial output).
 
 The console side drives the real app with Pilot: broken theme files (a bad colour, binary,
 2 GB) and an unknown key binding id give notifications and a fallback theme; an edited

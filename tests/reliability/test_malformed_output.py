@@ -15,11 +15,12 @@ the console's modal does.
    and the prompt re-renders to the hash stored with that next block.
 2. A 1 MB block: the operator's edit of an action into ~1 MB of Python. Decided here:
    the store keeps it WHOLE (it is what runs, and the operator's work is never lost nor
-   altered: DESIGN.md, "edits never overwrite"); the context shows it capped to
-   `OPERATOR_CONTEXT_CHARS` (head, marker, tail), a cap stored in the node's meta so that
-   training re-renders the same bytes. So the next prompt fits the model, the sandbox
-   runs all of it, SFT/DPO rows are built with the whole edit as the completion, and the
-   console's block view shows the first `VIEW_CHARS` characters and says so.
+   altered: "edits never overwrite", docs/architecture.md, "Data model"); the context
+   shows it capped to `OPERATOR_CONTEXT_CHARS` (head, marker, tail), a cap stored in the
+   node's meta so that training re-renders the same bytes. So the next prompt fits the
+   model, the sandbox runs all of it, SFT/DPO rows are built with the whole edit as the
+   completion, and the console's block view shows the first `VIEW_CHARS` characters and
+   says so.
    (Before the fix the edit's score prompt overflowed the model: the session failed with
    a backend error and the operator's edit was not stored at all.)
 3. Invalid UTF-8 from tools (fd 1, a child process's stdout and stderr, a binary file, a

@@ -6,7 +6,7 @@ checks, which it never did before.
 The model is the tiny random-init Qwen2 with a trained checkpoint's final-norm scale
 (`tiny_learner_dir`): the same noise as the other tests' model, but with logits that can
 become confident, which a fresh init's cannot (see `build_tiny_model`). Rates before and
-after are printed and listed in the README.
+after are printed and listed in docs/benchmarks.md.
 """
 
 from __future__ import annotations
