@@ -146,7 +146,7 @@ class Settings(BaseModel):
     """The most tokens the `memory` observation may take."""
 
     keys: dict[str, str] = Field(default_factory=dict)
-    """Key remapping for the console: a binding's id (as the README's key table lists it, e.g.
+    """Key remapping for the console: a binding's id (as docs/reference.md's key table lists it, e.g.
     `app.refresh`) to its keys, comma-separated for more than one (`"f5,ctrl+r"`). In the
     file a `[keys]` table; in the environment or on the command line `id=keys;id=keys`."""
 
@@ -325,7 +325,7 @@ def load_settings(
 
 
 def describe_settings() -> list[tuple[str, str, str]]:
-    """(name, default, doc) for every setting, for `--help` and the README."""
+    """(name, default, doc) for every setting, for `--help` and docs/reference.md."""
     rows = []
     for name, field in Settings.model_fields.items():
         doc = " ".join((field.description or "").split())

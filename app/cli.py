@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keys",
         metavar="ID=KEYS;...",
         help="remap console keys by binding id, e.g. 'app.refresh=f5;app.quit=ctrl+q' "
-        "(README's key table lists the ids)",
+        "(docs/reference.md lists the ids)",
     )
     model = parser.add_argument_group("model")
     model.add_argument(

@@ -203,7 +203,9 @@ class ConsoleApp(App[None]):
         self.apply_theme()
         self.apply_keymap()
         if self.settings.backend != "none":
-            self.load_model()
+            # after the first frame: the load's imports (torch, seconds) would hold the
+            # GIL while the screen is composed
+            self.call_after_refresh(self.load_model)
         else:
             self.model_failed("the backend setting is `none`")
         if self.start == "label":

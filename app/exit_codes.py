@@ -1,4 +1,4 @@
-"""Process exit codes, one per kind of outcome a user can act on (listed in the README)."""
+"""Process exit codes, one per kind of outcome a user can act on (listed in docs/reference.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model-backend figures for the README, measured against real servers and models.
+"""Model-backend figures for docs/benchmarks.md, measured against real servers and models.
 
 Run: `.venv/bin/python bench/backends.py` (needs `.venv-vllm`: `make vllm`). It builds the
 tests' tiny model (random-init Qwen2, `tests/support/tiny_model.py`), starts its own vLLM

@@ -1,4 +1,4 @@
-"""Batch rollout figures for the README: sessions per minute and generated tokens per second
+"""Batch rollout figures for docs/benchmarks.md: sessions per minute and generated tokens per second
 with 1, 4 and 16 workers against one vLLM server, in this process and as Ray tasks.
 
 Run: `.venv/bin/python bench/batch.py [--tasks N] [--workers 1,4,16] [--no-ray]` (needs

@@ -1,4 +1,4 @@
-"""Retrieval-memory figures for the README: embedding throughput, query latency at
+"""Retrieval-memory figures for docs/benchmarks.md: embedding throughput, query latency at
 100,000 vectors, rebuild time.
 
 Run: `.venv/bin/python bench/memory.py [--vectors 100000] [--rebuild-blocks 2000]`.

@@ -1,4 +1,4 @@
-"""Runtime figures for the README: what a tick costs beyond the model, and what the
+"""Runtime figures for docs/benchmarks.md: what a tick costs beyond the model, and what the
 sandbox costs.
 
 Run: `.venv/bin/python bench/runtime.py [--ticks N] [--launches N]`.

@@ -4,8 +4,7 @@ against a bare Textual app (one Static) measured the same way in the same run.
 Run: `.venv/bin/python bench/startup.py [--runs N]`. Each child imports its app, (the
 console: opens the store) and runs it headless (Textual's test driver); it prints a marker
 when Textual hands its first frame to the driver, and the parent times launch to marker. The
-two alternate, and
-the ratio is taken pair by pair.
+two alternate, and the ratio is taken pair by pair.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Trace-store figures for the README: insert rate, whole-tree load, CLI start.
+"""Trace-store figures for docs/benchmarks.md: insert rate, whole-tree load, CLI start.
 
 Run: `make bench` (or `.venv/bin/python bench/store.py [--db URL]`). Goals from the
 foundation issue: >= 20,000 nodes/s inserted in batches; a 10,000-node session's whole

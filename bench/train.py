@@ -1,4 +1,4 @@
-"""Training figures for the README: trl's defaults against the settings the job worker
+"""Training figures for docs/benchmarks.md: trl's defaults against the settings the job worker
 picks (training/trainer.py `pick_settings`), SFT tokens/s and DPO pairs/s with peak GPU
 memory; and the dataset build from a 100,000-node store (seconds, peak RSS).
 
