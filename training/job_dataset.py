@@ -1,0 +1,118 @@
+"""A job's dataset: its rows built once into the job's folder (`build_dataset`), loaded
+with the columns trl trains on (`load_rows`), their prompts fitted to the job's
+`max_length` (`fit_prompts`). `datasets` is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from storage import JobKind
+from training.errors import TrainingError
+from training.jobs import DATASET_NAME, JobOptions, job_dir
+
+if TYPE_CHECKING:
+    from storage import Job, TraceStore
+
+DATASET_REPORT = "dataset.json"
+SFT_COLUMNS = ("prompt", "completion")
+DPO_COLUMNS = ("prompt", "chosen", "rejected")
+KTO_COLUMNS = ("prompt", "completion", "label")
+
+
+def dataset_path(job: Job) -> Path:
+    return job_dir(job) / DATASET_NAME
+
+
+def build_dataset(store: TraceStore, job: Job, log: Callable[[str], None]) -> dict[str, Any]:
+    """The job's rows, built once: a resumed job trains on the rows it started with.
+    Returns the build report (rows, sessions, mismatches)."""
+    from training.datasets import write_jsonl
+
+    path = dataset_path(job)
+    report_file = job_dir(job) / DATASET_REPORT
+    if path.is_file() and report_file.is_file():
+        report = json.loads(report_file.read_text(encoding="utf-8"))
+        log(f"dataset: reusing {path} ({report['rows']} rows)")
+        return dict(report)
+    options = JobOptions.from_config(job.config)
+    if job.config.get("labels_db"):
+        from storage import TraceStore
+
+        log(f"dataset: the labels of {options.labels_from}")
+        with TraceStore(job.config["labels_db"]) as source:
+            built = write_jsonl(
+                source,
+                options.kind.value,
+                path,
+                since=options.since,
+                session_ids=options.sessions,
+            )
+    else:
+        built = write_jsonl(
+            store, options.kind.value, path, since=options.since, session_ids=options.sessions
+        )
+    report = {
+        "path": str(path),
+        "kind": options.kind.value,
+        "rows": int(built.rows),
+        "sessions": int(built.sessions),
+        "mismatches": len(built.mismatches),
+        "since": options.since,
+        "summary": built.describe(),
+    }
+    for mismatch in list(built.mismatches)[:20]:
+        log(f"dataset: left out {mismatch}")
+    log(f"dataset: {built.describe()}")
+    if report["rows"] == 0:
+        raise TrainingError(
+            f"the labels make no usable {options.kind.value} rows: {built.describe()}"
+        )
+    tmp = report_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    os.replace(tmp, report_file)
+    return report
+
+
+def load_rows(path: Path, kind: JobKind, cache_dir: Path) -> Any:
+    """The JSONL as a `datasets.Dataset` with only the columns trl trains on: raw-text
+    prompt/completion (prompt/chosen/rejected), trl's standard non-conversational form,
+    so the loss falls on the completion only."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    rows = datasets.load_dataset(
+        "json", data_files=str(path), split="train", cache_dir=str(cache_dir)
+    )
+    columns = {JobKind.SFT: SFT_COLUMNS, JobKind.DPO: DPO_COLUMNS, JobKind.KTO: KTO_COLUMNS}[kind]
+    missing = [c for c in columns if c not in rows.column_names]
+    if missing:
+        raise TrainingError(f"{path}: rows lack {', '.join(missing)}")
+    return rows.select_columns(list(columns))
+
+
+def fit_prompts(rows: Any, tokenizer: Any, max_length: int) -> tuple[Any, int]:
+    """Rows whose prompt and longest completion fit in `max_length` tokens: a longer
+    prompt keeps its end (the block's own header and the context nearest it). trl cuts
+    from the end (`keep_start`, its only mode), which would cut the completion, the part
+    the loss is on. Returns the rows and how many prompts were cut."""
+    completions = [c for c in ("completion", "chosen", "rejected") if c in rows.column_names]
+
+    def length(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def fit(row: dict[str, Any]) -> dict[str, Any]:
+        # two special tokens (BOS, EOS) beside the text; at least a few tokens of prompt
+        budget = max_length - 2 - max(length(row[c]) for c in completions)
+        ids = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
+        if len(ids) <= budget:
+            return {"prompt": row["prompt"], "cut": False}
+        return {"prompt": tokenizer.decode(ids[-max(budget, 16) :]), "cut": True}
+
+    fitted = rows.map(fit)
+    cut = sum(fitted["cut"])
+    return fitted.remove_columns(["cut"]), cut
