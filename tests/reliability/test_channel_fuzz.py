@@ -30,8 +30,8 @@ import pytest
 
 from agents import blocks
 from agents.approval import Decision
-from agents.kernel import MAX_DEPTH
 from agents.sandbox import CallResult, Kernel, Limits
+from agents.sandbox.kernel import MAX_DEPTH
 from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.reliability.test_sandbox_attacks import _bwrap_present  # noqa: F401 (autouse)
 from tests.support.answer_task import SOLVE, TASK

@@ -34,10 +34,10 @@ from typing import Any
 
 import pytest
 
-from agents import workdir as workdir_module
 from agents.approval import Decision
-from agents.python_inside import path_inside, python_layout
 from agents.sandbox import CallResult, Kernel, Limits, SandboxError
+from agents.sandbox import workdir as workdir_module
+from agents.sandbox.python_inside import path_inside, python_layout
 from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.agents.test_sandbox import FAST, REQUIRE_ENV, everything, ok
 from tests.support.answer_task import TASK
@@ -290,7 +290,7 @@ def test_attack_memory_spread_over_many_processes(workdir: Path) -> None:
     but not together: the kernel tree's memory cgroup (root consoles) ends the biggest."""
     if os.geteuid() != 0:
         pytest.skip("the memory cgroup is made by a root console; others cap each process")
-    from agents.sandbox import _host
+    from agents.sandbox.probe import _host
 
     memory_cgroup = _host().memory_cgroup
     assert memory_cgroup is not None, "root, but no writable memory cgroup was found"
