@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test lint bench install vllm tiny-model
+.PHONY: run test test-fast lint bench install vllm tiny-model
 
 # A model to try the console with where none can be downloaded: the tests' tiny Qwen2
 # (tests/support/tiny_model.py; random weights, ~3 MB, a few seconds), built into
@@ -20,6 +20,13 @@ run: $(STAMP)
 
 test: $(STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The fast tier: the unit tests without servers, real models, tmux or training runs, on two
+# workers (tests/conftest.py names what it leaves out). No lint, no vLLM venv.
+FAST := not full and not slow and not real and not postgres
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

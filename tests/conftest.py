@@ -29,6 +29,22 @@ from tests.backends.vllm_server import (
 )
 from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 
+#: Test files the fast tier (`make test-fast`) leaves out, the `full` mark added at
+#: collection: they start servers, load the real model, drive tmux, run training jobs or
+#: Ray, or take tens of seconds each. The whole suite runs them.
+FULL_ONLY = (
+    "tests/real/",
+    "tests/backends/",
+    "tests/app/test_tmux.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(FULL_ONLY):
+            item.add_marker(pytest.mark.full)
+
+
 PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"
 REQUIRE_PG_ENV = "AGENT_CONSOLE_REQUIRE_PG"
 

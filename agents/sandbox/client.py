@@ -276,6 +276,9 @@ class Kernel:
         for fd in (requests_w, stderr_r):
             os.set_blocking(fd, False)
         self._requests_fd, self._responses_fd, self._stderr_fd = requests_w, responses_r, stderr_r
+        # no check of the work dir while the kernel starts: one a killed call left past its
+        # limit must still get a kernel that can make room (each call is checked)
+        self._next_check = float("inf")
         try:
             self._read_response(time.monotonic() + _START_TIMEOUT, expected_id=None)
         except _Stop as stop:

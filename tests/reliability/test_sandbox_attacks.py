@@ -568,7 +568,7 @@ def test_a_dead_consoles_work_dir_whose_write_back_fails_stays_mounted_whole(
 
 
 CHECKED = """
-import json, sys
+import json, sys, time
 from pathlib import Path
 from agents.sandbox import Kernel, Limits, sandbox_status
 limits = Limits(wall_seconds=30, workdir_bytes=8 << 20, workdir_files=100)
@@ -583,6 +583,9 @@ with Kernel(Path(sys.argv[1]), limits=limits) as kernel:
     ):
         result = kernel.exec_block(code)
         out[name] = [result.ok, result.killed, result.error, result.duration]
+        # past the next check's time (a loaded machine's slow restart): the kernel must
+        # still start in the over-full work dir, so that a block can make room
+        time.sleep(1.2)
         kernel.restart()
 print(json.dumps(out))
 """
