@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, TypeVar, get_origin, get_type_hints
 
 from sqlalchemy import Row
 
@@ -21,6 +24,38 @@ from storage.models import (
     SessionRow,
 )
 
+R = TypeVar("R")
+
+
+def _or_empty(value: Any) -> Any:
+    return value or {}
+
+
+def _mapper(cls: type[R]) -> Callable[[Row[Any] | Mapping[str, Any]], R]:
+    """A row (or a mapping of its columns) to `cls`, field by field, by column name: enums
+    made from their values, JSON columns that hold NULL read as {}."""
+
+    @functools.cache
+    def steps() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+        hints = get_type_hints(cls)
+        plan: list[tuple[str, Callable[[Any], Any] | None]] = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            hint = hints[f.name]
+            if isinstance(hint, type) and issubclass(hint, Enum):
+                plan.append((f.name, hint))
+            elif get_origin(hint) is dict:
+                plan.append((f.name, _or_empty))
+            else:
+                plan.append((f.name, None))
+        return tuple(plan)
+
+    def convert(row: Row[Any] | Mapping[str, Any]) -> R:
+        m = row._mapping if isinstance(row, Row) else row
+        return cls(**{name: m[name] if to is None else to(m[name]) for name, to in steps()})
+
+    return convert
+
+
 SESSION_COLUMNS = tuple(SessionRow.__table__.c)
 NODE_LIGHT_COLUMNS = tuple(
     c for c in NodeRow.__table__.c if c.name not in ("token_ids", "logprobs")
@@ -34,22 +69,6 @@ JOB_EVENT_COLUMNS = tuple(JobEventRow.__table__.c)
 ADAPTER_COLUMNS = tuple(AdapterRow.__table__.c)
 BATCH_COLUMNS = tuple(BatchRow.__table__.c)
 BATCH_TASK_COLUMNS = tuple(BatchTaskRow.__table__.c)
-
-
-def to_session(row: Row[Any]) -> d.Session:
-    m = row._mapping
-    return d.Session(
-        id=m["id"],
-        title=m["title"],
-        task=m["task"],
-        backend=m["backend"],
-        model=m["model"],
-        adapter=m["adapter"],
-        settings=m["settings"] or {},
-        status=d.SessionStatus(m["status"]),
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
 
 
 _NODE_FIELDS = tuple(c.name for c in NODE_LIGHT_COLUMNS)
@@ -98,122 +117,12 @@ def joined(row: Row[Any], columns: tuple[Any, ...]) -> Mapping[str, Any]:
     return dict(zip((c.name for c in columns), row[len(row) - len(columns) :], strict=True))
 
 
-def to_decision(row: Row[Any] | Mapping[str, Any]) -> d.Decision:
-    m = row._mapping if isinstance(row, Row) else row
-    return d.Decision(
-        id=m["id"],
-        node_id=m["node_id"],
-        verdict=d.Verdict(m["verdict"]),
-        reason=m["reason"],
-        actor=d.Actor(m["actor"]),
-        result_node_id=m["result_node_id"],
-        created_at=m["created_at"],
-    )
-
-
-def to_label(row: Row[Any] | Mapping[str, Any]) -> d.Label:
-    m = row._mapping if isinstance(row, Row) else row
-    return d.Label(
-        id=m["id"],
-        node_id=m["node_id"],
-        value=d.LabelValue(m["value"]),
-        scope=d.LabelScope(m["scope"]),
-        note=m["note"],
-        created_at=m["created_at"],
-        retracted_at=m["retracted_at"],
-    )
-
-
-def to_evaluation(row: Row[Any]) -> d.EvaluationResult:
-    m = row._mapping
-    return d.EvaluationResult(
-        id=m["id"],
-        node_id=m["node_id"],
-        name=m["name"],
-        kind=d.EvaluationKind(m["kind"]),
-        result=m["result"],
-        passed=m["passed"],
-        error=m["error"],
-        duration=m["duration"],
-        created_at=m["created_at"],
-    )
-
-
-def to_job(row: Row[Any]) -> d.Job:
-    m = row._mapping
-    return d.Job(
-        id=m["id"],
-        kind=d.JobKind(m["kind"]),
-        name=m["name"],
-        status=d.JobStatus(m["status"]),
-        base_model=m["base_model"],
-        config=m["config"] or {},
-        progress=m["progress"],
-        metrics=m["metrics"] or {},
-        pid=m["pid"],
-        error=m["error"],
-        created_at=m["created_at"],
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-        updated_at=m["updated_at"],
-    )
-
-
-def to_job_event(row: Row[Any]) -> d.JobEvent:
-    m = row._mapping
-    return d.JobEvent(
-        id=m["id"],
-        job_id=m["job_id"],
-        kind=m["kind"],
-        step=m["step"],
-        message=m["message"],
-        data=m["data"] or {},
-        created_at=m["created_at"],
-    )
-
-
-def to_adapter(row: Row[Any]) -> d.Adapter:
-    m = row._mapping
-    return d.Adapter(
-        id=m["id"],
-        name=m["name"],
-        base_model=m["base_model"],
-        path=m["path"],
-        job_id=m["job_id"],
-        metrics=m["metrics"] or {},
-        created_at=m["created_at"],
-    )
-
-
-def to_batch(row: Row[Any]) -> d.Batch:
-    m = row._mapping
-    return d.Batch(
-        id=m["id"],
-        name=m["name"],
-        source=m["source"],
-        source_hash=m["source_hash"],
-        status=d.BatchStatus(m["status"]),
-        config=m["config"] or {},
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        finished_at=m["finished_at"],
-    )
-
-
-def to_batch_task(row: Row[Any]) -> d.BatchTask:
-    m = row._mapping
-    return d.BatchTask(
-        id=m["id"],
-        batch_id=m["batch_id"],
-        line=m["line"],
-        spec=m["spec"] or {},
-        status=d.BatchTaskStatus(m["status"]),
-        session_id=m["session_id"],
-        worker=m["worker"],
-        runs=m["runs"],
-        result=m["result"] or {},
-        error=m["error"],
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-        updated_at=m["updated_at"],
-    )
+to_session = _mapper(d.Session)
+to_decision = _mapper(d.Decision)
+to_label = _mapper(d.Label)
+to_evaluation = _mapper(d.EvaluationResult)
+to_job = _mapper(d.Job)
+to_job_event = _mapper(d.JobEvent)
+to_adapter = _mapper(d.Adapter)
+to_batch = _mapper(d.Batch)
+to_batch_task = _mapper(d.BatchTask)
