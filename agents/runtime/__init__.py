@@ -1,0 +1,62 @@
+"""The tick runtime: the agent's loop, every step stored in the trace tree as it happens.
+
+One `Runtime` runs one session. Each tick (see `agents.blocks` for the order) it writes
+the runtime's blocks, samples candidates for each block the model writes and ranks them
+(`agents.ranking`), asks the approval gate before an action runs (`agents.approval`),
+runs the action, the evaluation callbacks and the observation views in the session's
+sandboxed kernel (`agents.sandbox`), and stores everything: candidates as sibling nodes,
+verdicts as decisions, callback results as evaluations. It reports each step to a
+listener as an `agents.events.Event` (the console turns them into messages; `--query
+--json` prints them).
+
+The runtime is synchronous and thread-safe where it has to be: the console runs it in a
+worker thread and calls `stop`, `pause`, `unpause` and `post_message` from the UI thread.
+It never imports Textual.
+
+The modules, one idea each: `options` (what a run uses), `control` (the session's state;
+stop, pause and step from any thread), `context` (fitting the path into the model),
+`recording` (the store and the listener), `sampling` (a model-written block),
+`kernel_host` (the sandboxed kernel), `gate` (the action and the approval gate),
+`recall` (retrieval memory), `tick` (one tick), `loop` (the run), `results` and
+`session_task` (helpers).
+"""
+
+from __future__ import annotations
+
+from agents.events import Event, Listener
+from agents.runtime.context import CONTEXT_MARGIN
+from agents.runtime.gate import OPERATOR_CONTEXT_CHARS
+from agents.runtime.loop import Outcome, Runtime
+from agents.runtime.options import EXAMPLE_CONTEXT, TOY_PARAMETERS, RunOptions, auto_defaults
+from agents.runtime.recall import MEMORY_SYNC_SECONDS
+from agents.runtime.results import RUNTIME_TEXT_CHARS, clip
+from agents.runtime.sampling import NO_REPEAT_TOKENS, STREAM_EVERY, STREAM_TEXT_CHARS
+from agents.runtime.session_task import (
+    REMINDER_CHARS,
+    session_solved,
+    task_from_snapshot,
+    task_snapshot,
+)
+
+__all__ = [
+    "CONTEXT_MARGIN",
+    "EXAMPLE_CONTEXT",
+    "MEMORY_SYNC_SECONDS",
+    "NO_REPEAT_TOKENS",
+    "OPERATOR_CONTEXT_CHARS",
+    "REMINDER_CHARS",
+    "RUNTIME_TEXT_CHARS",
+    "STREAM_EVERY",
+    "STREAM_TEXT_CHARS",
+    "TOY_PARAMETERS",
+    "Event",
+    "Listener",
+    "Outcome",
+    "RunOptions",
+    "Runtime",
+    "auto_defaults",
+    "clip",
+    "session_solved",
+    "task_from_snapshot",
+    "task_snapshot",
+]

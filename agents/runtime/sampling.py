@@ -1,0 +1,185 @@
+"""A model-written block: its candidates sampled (in rounds while the best is weak),
+ranked, and stored as siblings, the chosen one on the path; the sampling reported to the
+listener as it goes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agents import blocks, ranking
+from agents.grammar import block_grammar
+from agents.runtime.context import Truncated, earlier_texts
+from agents.runtime.recording import Recording
+from storage import Author, NewNode, Node, NodeStatus
+
+if TYPE_CHECKING:
+    from agents.runtime.control import RuntimeControl
+
+#: A block whose candidates all repeat earlier blocks gets one more round in which no
+#: run of this many tokens of its context may be generated again (with 8, Gemma said the
+#: task back reflowed, a word changed every few: still a copy).
+NO_REPEAT_TOKENS = 4
+#: Seconds between two `sampling` events of one block (the first piece goes at once).
+STREAM_EVERY = 0.5
+#: The most characters of the streaming candidate a `sampling` event carries.
+STREAM_TEXT_CHARS = 400
+
+
+class Sampling(Recording):
+    def _generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
+        """Sample candidates for a model-written block, rank them, store them all as
+        siblings; the chosen one joins the path. Returns (chosen, alternates)."""
+        self._await_step("block", kind)
+        self._checkpoint()
+        header = self._header(kind, tick)
+        question = ranking.QUESTIONS[kind]
+        # the longest prompt built on this context: the header, a whole block, a question
+        asked = ranking.question_prompt(header.text(), "", question)
+        context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)
+        prefix = context + header.text()
+        earlier = earlier_texts(self.path)
+        features = self.backend.features
+        grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
+        if "grammar" not in features:
+            grammar = None
+        sampled: list[tuple[Any, int]] = []
+        scored: list[ranking.Scored] = []
+        rounds = [self.options.candidates, *self.options.escalation]
+        no_repeat_round = -1  # the round that banned repeats, if one did
+
+        def draw(round_no: int, no_repeat: int = 0) -> None:
+            stream = SampleStream(self, kind, tick, rounds[round_no])
+            candidates = self.backend.generate(
+                prefix,
+                n=rounds[round_no],
+                max_tokens=self.options.block_tokens,
+                stop=blocks.STOP,
+                temperature=self.options.temperature,
+                seed=None if self.options.seed is None else self.options.seed + len(self.path),
+                grammar=grammar,
+                on_token=stream.piece if "stream" in features else None,
+                no_repeat=no_repeat,
+            )
+            stream.done(candidates)
+            self.tokens += sum(len(c.token_ids) for c in candidates)
+            bodies = [c.text.rstrip() for c in candidates]
+            # Scored as at most `block_tokens` tokens, the room `fit` left for a block:
+            # bytes that are no UTF-8 come back as replacement characters, which can take
+            # more tokens than were sampled. The stored block is whole.
+            shown = [
+                blocks.head_within(b, self.options.block_tokens, self._window.tokens_in)
+                for b in bodies
+            ]
+            prompts = [ranking.question_prompt(prefix, s, question) for s in shown]
+            log_odds = self.backend.score_yes_no(prompts)
+            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier))
+            sampled.extend((c, round_no) for c in candidates)
+
+        for round_no in range(len(rounds)):
+            if round_no:
+                self._checkpoint()
+            draw(round_no)
+            if ranking.good_enough(kind, scored, self.options.rank_threshold):
+                break
+        else:
+            if all(s.copy for s in scored) and "no-repeat" in features:
+                # every candidate repeated an earlier block: one more round in which the
+                # model may not repeat a run of the context's tokens
+                rounds.append(self.options.candidates)
+                no_repeat_round = len(rounds) - 1
+                self._checkpoint()
+                draw(no_repeat_round, NO_REPEAT_TOKENS)
+        best = ranking.pick(scored, self.options.pick, self._rng)
+        digest = blocks.prompt_hash(prefix)
+        parent = self.path[-1]
+        new_nodes = []
+        for i, ((candidate, round_no), score) in enumerate(zip(sampled, scored, strict=True)):
+            meta: dict[str, Any] = {**header.meta(), "q": question, "collapsed": collapsed}
+            if score.copy:  # chosen only when every candidate of every round was one
+                meta["copy"] = True
+            for method in ("add_action", "add_evaluation"):
+                titles = blocks.registered_titles(score.body, method)
+                if titles:
+                    meta["title"] = titles[-1]
+            new_nodes.append(
+                NewNode(
+                    kind=kind,
+                    text=score.body,
+                    tick=tick,
+                    parent_id=parent.id,
+                    author=Author.MODEL,
+                    status=NodeStatus.CHOSEN if i == best else NodeStatus.ALTERNATE,
+                    score=score.score,
+                    score_parts=score.parts,
+                    token_ids=candidate.token_ids,
+                    logprobs=candidate.logprobs,
+                    sampling={
+                        "temperature": self.options.temperature,
+                        "max_tokens": self.options.block_tokens,
+                        "n": rounds[round_no],
+                        "round": round_no,
+                        **({"no_repeat": NO_REPEAT_TOKENS} if round_no == no_repeat_round else {}),
+                        "model": self.backend.model,
+                        "adapter": self.backend.active_adapter,
+                        "finish_reason": candidate.finish_reason,
+                        **({"grammar": kind} if grammar is not None else {}),
+                    },
+                    truncated=candidate.finish_reason == "length",
+                    prompt_hash=digest,
+                    meta=meta,
+                )
+            )
+        stored = self.store.add_nodes(self.session_id, new_nodes)
+        for node in stored:
+            self._emit_node(node)
+        chosen = stored[best]
+        self.path.append(chosen)
+        if self.tokens >= self.options.max_session_tokens:
+            raise Truncated(f"token limit ({self.options.max_session_tokens}) reached")
+        return chosen, [n for n in stored if n.id != chosen.id]
+
+
+class SampleStream:
+    """A block's candidates as they are sampled, reported to the listener: a `sampling`
+    event with the first candidate's text so far (the first piece at once, then at most
+    every STREAM_EVERY seconds), and a `sampled` event with the count and the rate."""
+
+    def __init__(self, runtime: RuntimeControl, kind: str, tick: int, n: int) -> None:
+        self.runtime, self.kind, self.tick, self.n = runtime, kind, tick, n
+        self.started = time.monotonic()
+        self.tokens = 0
+        self.text = ""
+        self.last = 0.0
+
+    def piece(self, row: int, text: str) -> None:
+        self.tokens += 1
+        if row == 0:
+            self.text += text
+        now = time.monotonic()
+        if self.last and now - self.last < STREAM_EVERY:
+            return
+        self.last = now
+        self.runtime._emit(
+            "sampling",
+            block=self.kind,
+            tick=self.tick,
+            candidates=self.n,
+            tokens=self.tokens,
+            seconds=round(now - self.started, 2),
+            text=self.text[-STREAM_TEXT_CHARS:],
+        )
+
+    def done(self, candidates: Sequence[Any]) -> None:
+        seconds = time.monotonic() - self.started
+        tokens = sum(len(c.token_ids) for c in candidates)
+        self.runtime._emit(
+            "sampled",
+            block=self.kind,
+            tick=self.tick,
+            candidates=len(candidates),
+            tokens=tokens,
+            seconds=round(seconds, 2),
+            tokens_per_second=round(tokens / seconds, 1) if seconds > 0 else None,
+        )

@@ -1,0 +1,55 @@
+"""The session's task as the runtime keeps it: the snapshot stored with the session (enough
+to resume it), the reminder each tick opens with, and whether a stored session solved it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import blocks
+from agents.tasks import Task
+from storage import TraceStore
+
+REMINDER_CHARS = 600
+
+
+def task_snapshot(task: Task) -> dict[str, Any]:
+    """What a session stores about its task, enough to resume it."""
+    return {
+        "name": task.name,
+        "title": task.title,
+        "prompt": task.prompt,
+        "checks": task.checks,
+        "check_names": list(task.check_names),
+        "max_ticks": task.max_ticks,
+        "source": task.source,
+    }
+
+
+def task_from_snapshot(snapshot: dict[str, Any]) -> Task:
+    return Task(
+        name=str(snapshot.get("name", "chat")),
+        title=str(snapshot.get("title", "")),
+        prompt=str(snapshot.get("prompt", "")),
+        files={},
+        checks=str(snapshot.get("checks", "")),
+        check_names=tuple(snapshot.get("check_names", ())),
+        max_ticks=snapshot.get("max_ticks"),
+        source=str(snapshot.get("source", "")),
+    )
+
+
+def task_reminder(task: Task) -> str:
+    """The task-reminder block's text: the title and the prompt, cut to REMINDER_CHARS."""
+    prompt = task.prompt.strip()
+    if len(prompt) > REMINDER_CHARS:
+        prompt = prompt[:REMINDER_CHARS].rstrip() + " [...]"
+    return f"Task: {task.title}\n{prompt}"
+
+
+def session_solved(store: TraceStore, session_id: int) -> bool:
+    """Whether the session's last outcome had every one of the task's checks pass."""
+    outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
+    if not outcomes:
+        return False
+    meta = outcomes[-1].meta
+    return bool(meta.get("task_total")) and meta.get("task_passed") == meta.get("task_total")

@@ -1,0 +1,198 @@
+"""One tick, in the order `agents.blocks` gives: the task reminder, the observations (and
+the operator's chat), recalled memory, the orientation, the action, the option to change
+the observation views, the evaluation, and the outcome with its reward."""
+
+from __future__ import annotations
+
+import queue
+from functools import partial
+
+from agents import blocks, ranking
+from agents.blocks import GENESIS_TEMPLATE
+from agents.example import CURRENT as EXAMPLE_VERSION
+from agents.example import EXAMPLE_META
+from agents.runtime.gate import GateSteps, TickState
+from agents.runtime.recall import MemoryRecall
+from agents.runtime.results import (
+    RUNTIME_TEXT_CHARS,
+    clip,
+    credit,
+    finite,
+    passed,
+    result_text,
+)
+from agents.runtime.session_task import task_reminder
+from agents.sandbox import CallResult, Kernel
+from storage import Author, EvaluationKind, NewNode, NodeStatus
+
+
+class Finished(Exception):
+    """The agent said it is done, or every task check passed."""
+
+
+class TickSteps(GateSteps, MemoryRecall):
+    def _run_tick(self, tick: int) -> None:
+        self._await_step("tick", f"tick {tick}")
+        state = TickState(tick)
+        self._runtime_block(blocks.TASK_REMINDER, task_reminder(self.task), tick)
+        self._observe(tick)
+        self._recall(tick)
+        self._generate(blocks.ORIENTATION, tick)
+        self._act(state)
+        self._option(tick)
+        self._evaluate(state)
+        self._outcome(state)
+
+    def _genesis(self) -> None:
+        files = sorted(self.task.files)
+        listing = ", ".join(files) if files else "(empty)"
+        kernel = self._kernel
+        inside = kernel.workdir_inside if kernel is not None else str(self.workdir)
+        text = GENESIS_TEMPLATE.format(
+            title=self.task.title,
+            prompt=self.task.prompt.strip(),
+            workdir=inside,
+            files=listing,
+            checks=", ".join(self.task.check_names) or "(none: the operator judges)",
+        )
+        extra = {EXAMPLE_META: EXAMPLE_VERSION} if self.options.example else {}
+        self._runtime_block(blocks.GENESIS, text, 0, meta=extra)
+
+    def _observe(self, tick: int) -> None:
+        views = self._kernel_call(
+            lambda k: k.render_observations(), lambda failed: [("observation views", failed)]
+        )
+        for title, result in views:
+            node = self._runtime_block(
+                blocks.OBSERVATION,
+                result_text(result) if result.ok else f"[error] {result.error}",
+                tick,
+                title=title,
+            )
+            self._record_evaluation(node, title, EvaluationKind.OBSERVATION, result)
+        while True:
+            try:
+                message = self._chat.get_nowait()
+            except queue.Empty:
+                break
+            self._runtime_block(blocks.OBSERVATION, message, tick, title="Operator")
+
+    def _option(self, tick: int) -> None:
+        """The runtime asks whether the observation views need to change; when the model
+        thinks so, it writes an observation-inference block."""
+        header = self._header(blocks.OPTION, tick)
+        asked = f"{ranking.CALIBRATION}#q: {ranking.OPTION_QUESTION}"
+        context, collapsed = self._window.fit(self.path, asked, 0)
+        prompt = context + asked
+        log_odds = finite(self.backend.score_yes_no([prompt])[0])
+        answer = "Yes." if log_odds > 0 else "No."
+        self._store_block(
+            NewNode(
+                kind=blocks.OPTION,
+                text=answer,
+                tick=tick,
+                author=Author.RUNTIME,
+                status=NodeStatus.CHOSEN,
+                score=log_odds,
+                score_parts={"evaluator": log_odds},
+                meta={**header.meta(), "q": ranking.OPTION_QUESTION, "collapsed": collapsed},
+            )
+        )
+        if log_odds > 0:
+            node, _ = self._generate(blocks.OBSERVATION_INFERENCE, tick)
+            result = self._kernel_call(
+                lambda k: k.exec_block(node.text, name="observation-inference")
+            )
+            self._heard(result)
+            self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+            if not result.ok:
+                self._runtime_block(blocks.ERROR, result.error or "failed", tick)
+
+    def _evaluate(self, state: TickState) -> None:
+        node, _ = self._generate(blocks.EVALUATION, state.tick)
+
+        def define(kernel: Kernel) -> CallResult:
+            kernel.clear("evaluation")
+            if self.task.checks:
+                checks = kernel.exec_block(self.task.checks, name="task checks")
+                if not checks.ok:
+                    return CallResult(ok=False, error=f"the task's checks: {checks.error}")
+            return kernel.exec_block(node.text, name="evaluation")
+
+        result = self._kernel_call(define)
+        self._heard(result)
+        self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+        if result.ok:
+            state.evaluations = [
+                t for t in result.registered.get("evaluation", []) if t not in self.task.check_names
+            ]
+        else:
+            self._runtime_block(blocks.ERROR, result.error or "failed", state.tick)
+
+    def _outcome(self, state: TickState) -> None:
+        rows: list[tuple[str, str]] = []
+        if state.action is not None:
+            title = state.action.node.meta.get("title") or "action"
+            rows.append((f"action: {title}", clip(result_text(state.action.result))))
+        else:
+            rows.append(("action", "no action ran this tick"))
+        results: list[tuple[str, CallResult, bool]] = []
+        names = [(n, True) for n in self.task.check_names] + [(n, False) for n in state.evaluations]
+        for name, is_check in names:
+            result = self._kernel_call(partial(_call_evaluation, name=name))
+            self._heard(result)
+            results.append((name, result, is_check))
+            text = result_text(result) if result.ok else f"[error] {result.error}"
+            rows.append((name, clip(text, RUNTIME_TEXT_CHARS // 4)))
+        verdicts = [(name, passed(result), is_check) for name, result, is_check in results]
+        passes = sum(1 for _, ok, _ in verdicts if ok)
+        checks = [ok for _, ok, is_check in verdicts if is_check]
+        self.task_passed = (sum(checks), len(checks))
+        fraction = sum(credit(r) for _, r, _ in results) / len(results) if results else 0.0
+        reward = max(0.0, 0.5 * fraction - 0.1 * state.failed_attempts)
+
+        header = self._header(blocks.OUTCOME, state.tick)
+        table = blocks.outcome_table(rows)
+        asked = ranking.question_prompt(header.text(), table, ranking.OUTCOME_QUESTION)
+        context, collapsed = self._window.fit(self.path, asked, 0)
+        log_odds = finite(self.backend.score_yes_no([context + asked])[0])
+        node = self._store_block(
+            NewNode(
+                kind=blocks.OUTCOME,
+                text=table,
+                tick=state.tick,
+                author=Author.RUNTIME,
+                status=NodeStatus.CHOSEN,
+                score=reward,
+                score_parts={"evaluator": log_odds},
+                meta={
+                    **header.meta(),
+                    "q": ranking.OUTCOME_QUESTION,
+                    "collapsed": collapsed,
+                    "table": [list(row) for row in rows],
+                    "passed": passes,
+                    "total": len(results),
+                    "task_passed": self.task_passed[0],
+                    "task_total": self.task_passed[1],
+                    "failed_attempts": state.failed_attempts,
+                    "reward": reward,
+                },
+            )
+        )
+        for name, result, _ in results:
+            self._record_evaluation(node, name, EvaluationKind.CALLBACK, result)
+        self._record(
+            node,
+            ranking.OUTCOME_QUESTION,
+            EvaluationKind.LOGIT,
+            result=log_odds,
+            passed=log_odds > 0,
+        )
+        if self.finish_message is not None:
+            raise Finished
+        if checks and all(checks):
+            raise Finished
+
+
+def _call_evaluation(kernel: Kernel, name: str) -> CallResult:
+    return kernel.call_evaluation(name)
