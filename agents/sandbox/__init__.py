@@ -8,6 +8,7 @@ pipes, never stdout. Importing this package is cheap: the probe and the seccomp 
 built on first use.
 
 - `probe`: whether this machine can run the sandbox and what protects it (`sandbox_status`).
+- `host`: what the probe found out about this machine.
 - `confine`: bwrap's command line, the sandbox's environment, the kernel's cgroups.
 - `client`: `Kernel`, the console's side of one kernel: start, calls, close.
 - `answers`: `CallResult` and the answer frames, read trusting nothing.

@@ -39,8 +39,9 @@ from agents.sandbox.confine import (
     _sandbox_env,
     _wrapped,
 )
+from agents.sandbox.host import _Host
 from agents.sandbox.limits import Limits, SandboxError
-from agents.sandbox.probe import _Host, _host
+from agents.sandbox.probe import _host
 from agents.sandbox.process import _classify_exit, _descendants, _kill, _spawn
 from agents.sandbox.python_inside import python_layout, site_packages
 from agents.sandbox.workdir import BoundedWorkdir, WorkdirError, usage

@@ -22,14 +22,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from agents.sandbox import kernel as kernel_module
+from agents.sandbox.host import _Host
 from agents.sandbox.limits import Limits
 from agents.sandbox.python_inside import BIN_INSIDE, python_layout
-
-if TYPE_CHECKING:
-    from agents.sandbox.probe import _Host
 
 log = logging.getLogger("agents.sandbox")
 

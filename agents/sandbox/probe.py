@@ -33,6 +33,7 @@ from agents.sandbox.confine import (
     _sandbox_argv,
     _wrapped,
 )
+from agents.sandbox.host import _Host
 from agents.sandbox.limits import _UNSAFE_HINT, Limits, SandboxUnavailable
 from agents.sandbox.python_inside import overlay_script, python_layout, stage
 from agents.sandbox.workdir import can_mount
@@ -77,30 +78,6 @@ class SandboxStatus:
     ok: bool
     detail: str
     fix: str | None
-
-
-@dataclass(frozen=True)
-class _Host:
-    """What the probe found out about this machine, once per console process."""
-
-    bwrap: str
-    version: str
-    kernel: Path
-    """kernel.py compiled once: a kernel then starts ~6 ms sooner."""
-    disable_userns: bool
-    sized_tmpfs: bool
-    static_dir: Path
-    seccomp_file: Path | None
-    pids_cgroup: Path | None
-    memory_cgroup: Path | None
-    mount_problem: str | None
-    """Why the work dir cannot be a sized tmpfs here (None: it can)."""
-    python_binds: tuple[tuple[str, str], ...] = ()
-    """(host folder, path inside) of the Python installation and the venv's packages."""
-    python_script: str | None = None
-    """Mounts the Python's overlays in the kernel's private mount namespace (None: the
-    folders are bound as they are, and the mount table names their host paths)."""
-    unshare: str = "unshare"
 
 
 _probe_lock = threading.Lock()
