@@ -21,8 +21,8 @@ run: $(STAMP)
 test: $(STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The fast tier: the unit tests without servers, real models, tmux or training runs, on two
-# workers (tests/conftest.py names what it leaves out). No lint, no vLLM venv.
+# The fast tier: the unit tests without servers, models, console processes or tmux, on two
+# workers (tests/conftest.py names its files). No lint, no vLLM venv.
 FAST := not full and not slow and not real and not postgres
 
 test-fast: $(STAMP)

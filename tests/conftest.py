@@ -29,19 +29,29 @@ from tests.backends.vllm_server import (
 )
 from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 
-#: Test files the fast tier (`make test-fast`) leaves out, the `full` mark added at
-#: collection: they start servers, load the real model, drive tmux, run training jobs or
-#: Ray, or take tens of seconds each. The whole suite runs them.
-FULL_ONLY = (
-    "tests/real/",
-    "tests/backends/",
-    "tests/app/test_tmux.py",
+#: The fast tier (`make test-fast`): unit tests that start no server, model, console
+#: process, Textual app or tmux; under 2 minutes on 2 cores. Every other test file gets
+#: the `full` mark at collection and runs in the whole suite only.
+FAST = (
+    "tests/storage/test_store.py",
+    "tests/storage/test_batches.py",
+    "tests/support/",
+    "tests/training/test_rules.py",
+    "tests/agents/test_tasks.py",
+    "tests/agents/test_batch_tasks.py",
+    "tests/agents/test_blocks.py",
+    "tests/agents/test_weave.py",
+    "tests/agents/test_sandbox.py",
+    "tests/app/test_settings.py",
+    "tests/app/test_themes.py",
+    "tests/app/test_actions.py",
+    "tests/reliability/test_attack_table.py",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.startswith(FULL_ONLY):
+        if not item.nodeid.startswith(FAST):
             item.add_marker(pytest.mark.full)
 
 
