@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.events import RuntimeEvent
 from agents.families import FAMILIES, parse_seeds, split
-from agents.runtime import Event, RunOptions, Runtime, task_from_snapshot
+from agents.runtime import RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
 from storage import (
@@ -259,7 +260,7 @@ def run_task(context: WorkerContext, batch_task: BatchTask, worker: str) -> Batc
     options = RunOptions(**{**context.options.snapshot(), "max_ticks": max(1, limit - done_ticks)})
     recorded = resume
 
-    def listener(event: Event) -> None:
+    def listener(event: RuntimeEvent) -> None:
         nonlocal recorded
         if recorded is None and event.session_id:
             recorded = event.session_id

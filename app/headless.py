@@ -15,13 +15,28 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from agents import blocks
+from agents.events import (
+    AgentMessage,
+    BlockSampled,
+    DecisionRecorded,
+    EvaluationRecorded,
+    NodeChanged,
+    RuntimeEvent,
+    SamplingProgress,
+    SessionStarted,
+    StatusChanged,
+)
 from app import exit_codes
 from app.common import open_model, open_store, refuse_without_sandbox, session_options
 from app.signals import ending_on_signals
+from storage import Author, EvaluationKind, NodeStatus
 
 if TYPE_CHECKING:
-    from agents.runtime import Event
     from agents.settings import Settings
+
+#: The block statuses `--query` prints a line for.
+SHOWN_STATUSES = (NodeStatus.CHOSEN, NodeStatus.EXECUTED, NodeStatus.FAILED)
 
 
 def fail(message: str, code: int) -> int:
@@ -40,57 +55,62 @@ class Progress:
         #: the block whose first tokens were shown (one line per block, not per token)
         self._streaming: tuple[int, str] | None = None
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: RuntimeEvent) -> None:
         if self.as_json:
             self.out.write(json.dumps(event.as_json(), default=str) + "\n")
             self.out.flush()
-        line = self.describe_sampling(event) if event.kind == "sampling" else self.describe(event)
+        if isinstance(event, SamplingProgress):
+            line = self.describe_sampling(event)
+        else:
+            line = self.describe(event)
         if line:
             self.err.write(line + "\n")
             self.err.flush()
 
-    def describe_sampling(self, event: Event) -> str | None:
+    def describe_sampling(self, event: SamplingProgress) -> str | None:
         """The first tokens of each block, once: proof of life within seconds."""
-        data = event.data
-        block = (int(data["tick"]), str(data["block"]))
+        block = (event.tick, event.block)
         if self._streaming == block:
             return None
         self._streaming = block
-        first = " ".join(str(data.get("text", "")).split())[:80]
+        first = " ".join(event.text.split())[:80]
         return (
-            f"tick {block[0]} {block[1]}: sampling {data['candidates']} candidates "
-            f"({data['seconds']:.1f} s to the first tokens: {first!r})"
+            f"tick {event.tick} {event.block}: sampling {event.candidates} candidates "
+            f"({event.seconds:.1f} s to the first tokens: {first!r})"
         )
 
     @staticmethod
-    def describe(event: Event) -> str | None:
-        data = event.data
-        if event.kind == "start":
-            return str(data["text"])
-        if event.kind == "sampled":
-            rate = data.get("tokens_per_second")
-            speed = f", {rate:.0f} tokens/s" if rate else ""
-            return (
-                f"tick {data['tick']} {data['block']}: {data['candidates']} candidates, "
-                f"{data['tokens']} tokens in {data['seconds']:.1f} s{speed}"
-            )
-        if event.kind == "node" and data["status"] in ("chosen", "executed", "failed"):
-            if data["author"] == "runtime" and data["kind"] not in ("error", "outcome"):
-                return None
-            score = f" score {data['score']:.2f}" if data.get("score") is not None else ""
-            cut = " (truncated)" if data.get("truncated") else ""
-            return f"tick {data['tick']} {data['kind']} {data['status']}{score}{cut}"
-        if event.kind == "decision":
-            reason = f": {data['reason']}" if data.get("reason") else ""
-            return f"  {data['actor']} {data['verdict']}{reason}"
-        if event.kind == "evaluation" and data["kind"] == "callback":
-            verdict = "passed" if data["passed"] else "failed"
-            return f"  {data['name']}: {verdict}"
-        if event.kind == "message":
-            return f"agent: {data['text']}"
-        if event.kind == "status":
-            reason = f" ({data['reason']})" if data.get("reason") else ""
-            return f"session {event.session_id}: {data['status']}{reason}"
+    def describe(event: RuntimeEvent) -> str | None:
+        match event:
+            case SessionStarted():
+                return event.text
+            case BlockSampled():
+                rate = event.tokens_per_second
+                speed = f", {rate:.0f} tokens/s" if rate else ""
+                return (
+                    f"tick {event.tick} {event.block}: {event.candidates} candidates, "
+                    f"{event.tokens} tokens in {event.seconds:.1f} s{speed}"
+                )
+            case NodeChanged(node=node) if node.status in SHOWN_STATUSES:
+                if node.author is Author.RUNTIME and node.kind not in (
+                    blocks.ERROR,
+                    blocks.OUTCOME,
+                ):
+                    return None
+                score = f" score {node.score:.2f}" if node.score is not None else ""
+                cut = " (truncated)" if node.truncated else ""
+                return f"tick {node.tick} {node.kind} {node.status.value}{score}{cut}"
+            case DecisionRecorded():
+                reason = f": {event.reason}" if event.reason else ""
+                return f"  {event.actor.value} {event.verdict.value}{reason}"
+            case EvaluationRecorded(kind=EvaluationKind.CALLBACK):
+                verdict = "passed" if event.passed else "failed"
+                return f"  {event.name}: {verdict}"
+            case AgentMessage():
+                return f"agent: {event.text}"
+            case StatusChanged():
+                reason = f" ({event.reason})" if event.reason else ""
+                return f"session {event.session_id}: {event.status.value}{reason}"
         return None
 
 

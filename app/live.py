@@ -1,32 +1,26 @@
-"""A live session: the agent's runtime in a thread, talking to the console through one
-queue that the screen drains on a timer.
+"""A live session: the agent's runtime in a thread, talking to the screen that runs it
+through Textual messages (`app.messages`).
 
-The runtime calls its listener and its asker from its own thread; both only put onto the
-queue, so the runtime never waits on the UI and the UI reads a burst of blocks as one
-batch (one tree update per batch, not per block).
+The runtime calls its listener and its asker from its own thread; both only post a
+message to the screen, so the runtime never waits on the UI, and the screen handles the
+session's events in order, on its own thread.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
-from dataclasses import dataclass
 from pathlib import Path
+
+from textual.message_pump import MessagePump
 
 from agents.approval import ApprovalRequest
 from agents.backends import Backend
-from agents.runtime import Event, Outcome, RunOptions, Runtime
+from agents.events import RuntimeEvent
+from agents.runtime import Outcome, RunOptions, Runtime
 from agents.tasks import Task
+from app.messages import ApprovalRequested, live_message
 from app.signals import RunningSessions
 from storage import TraceStore
-
-Item = Event | ApprovalRequest
-
-
-@dataclass
-class Drained:
-    events: list[Event]
-    requests: list[ApprovalRequest]
 
 
 class LiveSession:
@@ -38,9 +32,11 @@ class LiveSession:
         options: RunOptions,
         *,
         sessions_dir: Path,
+        target: MessagePump,
         resume: int | None = None,
     ) -> None:
-        self.inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        #: where the session's messages go (the screen that runs it)
+        self.target = target
         self.task = task
         self.runtime = Runtime(
             store,
@@ -48,8 +44,8 @@ class LiveSession:
             task,
             options,
             sessions_dir=sessions_dir,
-            listener=self.inbox.put,
-            asker=self.inbox.put,
+            listener=self._report,
+            asker=self._ask,
             resume=resume,
         )
         self.paused = False
@@ -72,20 +68,13 @@ class LiveSession:
             self.ended.set()
         return self.outcome
 
-    def drain(self, limit: int = 5000) -> Drained:
-        """What the runtime said since the last drain (at most `limit` items, so a
-        flood cannot stall one frame; the rest waits for the next drain)."""
-        drained = Drained([], [])
-        for _ in range(limit):
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, ApprovalRequest):
-                drained.requests.append(item)
-            else:
-                drained.events.append(item)
-        return drained
+    def _report(self, event: RuntimeEvent) -> None:
+        """The runtime's listener (its thread): the event, as a message to the screen."""
+        self.target.post_message(live_message(self, event))
+
+    def _ask(self, request: ApprovalRequest) -> None:
+        """The runtime's asker (its thread): the screen resolves the request's Future."""
+        self.target.post_message(ApprovalRequested(self, request))
 
     # -- control ---------------------------------------------------------------------------
 

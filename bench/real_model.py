@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import blocks, ranking
 from agents.backends.offline import ensure_model
+from agents.events import BlockSampled, RuntimeEvent
 from agents.grammar import block_grammar
-from agents.runtime import Event, RunOptions, Runtime
+from agents.runtime import RunOptions, Runtime
 from agents.tasks import load_task
 from storage import Author, NodeStatus, TraceStore
 
@@ -252,9 +253,11 @@ def run_sessions(
     with TraceStore(folder / "t.db") as store:
         for number in range(sessions):
             for task_name in tasks:
-                timeline: list[tuple[float, Event]] = []
+                timeline: list[tuple[float, RuntimeEvent]] = []
 
-                def listen(event: Event, timeline: list[tuple[float, Event]] = timeline) -> None:
+                def listen(
+                    event: RuntimeEvent, timeline: list[tuple[float, RuntimeEvent]] = timeline
+                ) -> None:
                     timeline.append((time.perf_counter(), event))
 
                 started = time.perf_counter()
@@ -270,8 +273,8 @@ def run_sessions(
                 tick_seconds.append((time.perf_counter() - started) / max(1, outcome.ticks))
                 solved += outcome.status.value == "completed"
                 for _, event in timeline:
-                    if event.kind == "sampled":
-                        block_seconds[event.data["block"]].append(event.data["seconds"])
+                    if isinstance(event, BlockSampled):
+                        block_seconds[event.block].append(event.seconds)
                 for node in store.tree(outcome.session_id):
                     if node.author is Author.MODEL and node.status is not NodeStatus.ALTERNATE:
                         ok = valid(node)

@@ -28,7 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.backends.transformers_backend import TransformersBackend
-from agents.runtime import Event, RunOptions, Runtime
+from agents.events import NodeChanged, RuntimeEvent
+from agents.runtime import RunOptions, Runtime
 from agents.sandbox import Kernel
 from agents.tasks import Task
 from storage import TraceStore
@@ -82,8 +83,8 @@ def tick_overhead(model_dir: Path, ticks: int) -> list[str]:
     with tempfile.TemporaryDirectory() as folder, TraceStore(Path(folder) / "t.db") as store:
         starts: list[tuple[float, float]] = []
 
-        def listen(event: Event) -> None:
-            if event.kind == "node" and event.data["kind"] == "task-reminder":
+        def listen(event: RuntimeEvent) -> None:
+            if isinstance(event, NodeChanged) and event.node.kind == "task-reminder":
                 starts.append((time.perf_counter(), backend.model_seconds))
 
         options = RunOptions(

@@ -6,8 +6,8 @@ the runtime's blocks, samples candidates for each block the model writes and ran
 runs the action, the evaluation callbacks and the observation views in the session's
 sandboxed kernel (`agents.sandbox`), and stores everything: candidates as sibling nodes,
 verdicts as decisions, callback results as evaluations. It reports each step to a
-listener as an `agents.events.Event` (the console turns them into messages; `--query
---json` prints them).
+listener as a typed event (`agents.events`: the console turns them into messages;
+`--query --json` prints them).
 
 The runtime is synchronous and thread-safe where it has to be: the console runs it in a
 worker thread and calls `stop`, `pause`, `unpause` and `post_message` from the UI thread.
@@ -23,7 +23,7 @@ stop, pause and step from any thread), `context` (fitting the path into the mode
 
 from __future__ import annotations
 
-from agents.events import Event, Listener
+from agents.events import Listener, RuntimeEvent
 from agents.runtime.context import CONTEXT_MARGIN
 from agents.runtime.gate import OPERATOR_CONTEXT_CHARS
 from agents.runtime.loop import Outcome, Runtime
@@ -49,11 +49,11 @@ __all__ = [
     "STREAM_EVERY",
     "STREAM_TEXT_CHARS",
     "TOY_PARAMETERS",
-    "Event",
     "Listener",
     "Outcome",
     "RunOptions",
     "Runtime",
+    "RuntimeEvent",
     "auto_defaults",
     "clip",
     "session_solved",

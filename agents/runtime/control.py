@@ -9,10 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agents.approval import Aborted, Asker, Gate
-from agents.events import Event, Listener
+from agents.events import Listener, RuntimeEvent, StepWaiting
 from agents.memory import Memory
 from agents.runtime.context import ContextWindow
 from agents.runtime.options import RunOptions
@@ -142,7 +142,7 @@ class RuntimeControl:
             if self._stepping != unit:
                 return
             if self._permits == 0:
-                self._emit("step", unit=unit, next=upcoming)
+                self._emit(StepWaiting(session_id=self.session_id, unit=unit, upcoming=upcoming))
             while self._stepping == unit and self._permits == 0:
                 if self._stop.is_set():
                     raise Aborted("stopped")
@@ -150,6 +150,6 @@ class RuntimeControl:
             if self._stepping == unit:
                 self._permits -= 1
 
-    def _emit(self, event: str, /, subject: Node | None = None, **data: Any) -> None:
+    def _emit(self, event: RuntimeEvent) -> None:
         if self.listener is not None:
-            self.listener(Event(event, self.session_id, data, subject))
+            self.listener(event)

@@ -12,6 +12,7 @@ from typing import Any
 from agents import blocks, ranking
 from agents.approval import ApprovalRequest, Decision, Policy
 from agents.backends.base import ContextOverflowError
+from agents.events import ApprovalNeeded
 from agents.runtime.context import earlier_texts, prefix_before
 from agents.runtime.kernel_host import KernelHost
 from agents.runtime.sampling import Sampling
@@ -81,7 +82,7 @@ class GateSteps(Sampling, KernelHost):
         asking = self.gate.needs_operator(request) and self.gate.asker is not None
         if asking:
             self._set_status(SessionStatus.WAITING, "waiting for the operator")
-            self._emit("approval", node=action.id, why=why)
+            self._emit(ApprovalNeeded(session_id=self.session_id, node_id=action.id, why=why))
         decision, actor = self.gate.decide(request, self._stop)
         if asking:
             self._set_status(SessionStatus.RUNNING, None)

@@ -11,6 +11,7 @@ from typing import Any
 
 from agents import blocks
 from agents.approval import Aborted
+from agents.events import AgentMessage
 from agents.runtime.control import RuntimeControl
 from agents.runtime.results import clip
 from agents.sandbox import CallResult, Kernel, Limits, SandboxError
@@ -76,10 +77,12 @@ class KernelHost(RuntimeControl):
     def _heard(self, result: CallResult) -> None:
         for message in result.messages:
             self.last_message = message
-            self._emit("message", text=message)
+            self._emit(AgentMessage(session_id=self.session_id, text=message))
         if result.finished is not None:
             self.finish_message = result.finished or self.last_message or "done"
-            self._emit("message", text=self.finish_message, finished=True)
+            self._emit(
+                AgentMessage(session_id=self.session_id, text=self.finish_message, finished=True)
+            )
 
     def _run_action(self, node: Node) -> CallResult:
         """Run an approved action block: define it, then call the action it added."""

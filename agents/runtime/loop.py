@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from agents import blocks
 from agents.approval import Aborted
 from agents.backends.base import BackendError, ContextOverflowError
+from agents.events import SessionStarted
 from agents.runtime.context import Truncated
 from agents.runtime.recall import MEMORY_SYNC_SECONDS
 from agents.runtime.session_task import task_snapshot
@@ -134,7 +135,9 @@ class Runtime(TickSteps):
             f"session {self.session_id}: {model_label(backend.model)}{adapter} "
             f"({backend.name}, {backend.device}); {self.options.describe()}"
         )
-        self._emit("start", text=text, options=self.options.snapshot())
+        self._emit(
+            SessionStarted(session_id=self.session_id, text=text, options=self.options.snapshot())
+        )
 
     def _first_start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

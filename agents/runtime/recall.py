@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 from agents import blocks
+from agents.events import MemoryOff
 from agents.memory import MEMORY_TITLE, Memory, render_memory, shared_memory
 from agents.runtime.recording import Recording
 from agents.runtime.session_task import task_reminder
@@ -22,7 +23,7 @@ MEMORY_SYNC_SECONDS = 5.0
 class MemoryRecall(Recording):
     def _open_memory(self) -> Memory | None:
         """The memory to recall from, loaded in this (the runtime's) thread; None when it
-        is off or cannot load (said once, as a message event)."""
+        is off or cannot load (said once, as a `MemoryOff` event)."""
         if not self.options.memory or self.options.memory_k <= 0:
             return None
         if self.memory is None:
@@ -35,7 +36,7 @@ class MemoryRecall(Recording):
         self.memory = None
         self.options = replace(self.options, memory=False)
         log.warning("session %s: retrieval memory is off: %s", self.session_id, exc)
-        self._emit("message", text=f"retrieval memory is off: {exc}", memory=False)
+        self._emit(MemoryOff(session_id=self.session_id, text=f"retrieval memory is off: {exc}"))
 
     def _sync_memory(self, seconds: float) -> None:
         """Embed what the memory lacks, for at most about `seconds` (the rest next time)."""

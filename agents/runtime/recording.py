@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from agents.blocks import Header
+from agents.events import DecisionRecorded, EvaluationRecorded, NodeChanged, StatusChanged
 from agents.runtime.control import RuntimeControl
 from agents.runtime.results import clip, passed, result_meta
 from agents.sandbox import CallResult
@@ -87,12 +88,14 @@ class Recording(RuntimeControl):
             result_node_id=result.id if result is not None else None,
         )
         self._emit(
-            "decision",
-            node=node.id,
-            verdict=stored.verdict.value,
-            actor=stored.actor.value,
-            reason=reason,
-            result_node=stored.result_node_id,
+            DecisionRecorded(
+                session_id=self.session_id,
+                node_id=node.id,
+                verdict=stored.verdict,
+                actor=stored.actor,
+                reason=reason,
+                result_node_id=stored.result_node_id,
+            )
         )
 
     def _record_evaluation(
@@ -124,33 +127,23 @@ class Recording(RuntimeControl):
             node.id, name, kind=kind, result=result, passed=passed, error=error, duration=duration
         )
         self._emit(
-            "evaluation",
-            node=node.id,
-            name=name,
-            kind=kind.value,
-            result=stored.result,
-            passed=passed,
-            error=error,
-            duration=duration,
+            EvaluationRecorded(
+                session_id=self.session_id,
+                node_id=node.id,
+                name=name,
+                kind=kind,
+                result=stored.result,
+                passed=passed,
+                error=error,
+                duration=duration,
+            )
         )
 
     def _set_status(self, status: SessionStatus, reason: str | None) -> None:
         if not self.session_id:
             return
         self.store.set_session_status(self.session_id, status, reason=reason or "")
-        self._emit("status", status=status.value, reason=reason)
+        self._emit(StatusChanged(session_id=self.session_id, status=status, reason=reason))
 
     def _emit_node(self, node: Node) -> None:
-        self._emit(
-            "node",
-            subject=node,
-            id=node.id,
-            parent=node.parent_id,
-            tick=node.tick,
-            kind=node.kind,
-            author=node.author.value,
-            status=node.status.value,
-            score=node.score,
-            truncated=node.truncated,
-            text=node.text,
-        )
+        self._emit(NodeChanged(session_id=self.session_id, node=node))

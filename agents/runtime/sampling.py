@@ -5,25 +5,23 @@ listener as it goes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agents import blocks, ranking
+from agents.events import BlockSampled, RuntimeEvent, SamplingProgress
 from agents.grammar import block_grammar
 from agents.runtime.context import Truncated, earlier_texts
 from agents.runtime.recording import Recording
 from storage import Author, NewNode, Node, NodeStatus
 
-if TYPE_CHECKING:
-    from agents.runtime.control import RuntimeControl
-
 #: A block whose candidates all repeat earlier blocks gets one more round in which no
 #: run of this many tokens of its context may be generated again (with 8, Gemma said the
 #: task back reflowed, a word changed every few: still a copy).
 NO_REPEAT_TOKENS = 4
-#: Seconds between two `sampling` events of one block (the first piece goes at once).
+#: Seconds between two `SamplingProgress` events of one block (the first piece goes at once).
 STREAM_EVERY = 0.5
-#: The most characters of the streaming candidate a `sampling` event carries.
+#: The most characters of the streaming candidate a `SamplingProgress` event carries.
 STREAM_TEXT_CHARS = 400
 
 
@@ -50,7 +48,7 @@ class Sampling(Recording):
         no_repeat_round = -1  # the round that banned repeats, if one did
 
         def draw(round_no: int, no_repeat: int = 0) -> None:
-            stream = SampleStream(self, kind, tick, rounds[round_no])
+            stream = SampleStream(self._emit, self.session_id, kind, tick, rounds[round_no])
             candidates = self.backend.generate(
                 prefix,
                 n=rounds[round_no],
@@ -142,12 +140,15 @@ class Sampling(Recording):
 
 
 class SampleStream:
-    """A block's candidates as they are sampled, reported to the listener: a `sampling`
-    event with the first candidate's text so far (the first piece at once, then at most
-    every STREAM_EVERY seconds), and a `sampled` event with the count and the rate."""
+    """A block's candidates as they are sampled, reported through `emit`: the first
+    candidate's text so far (`SamplingProgress`: the first piece at once, then at most
+    every STREAM_EVERY seconds), and the count and the rate (`BlockSampled`)."""
 
-    def __init__(self, runtime: RuntimeControl, kind: str, tick: int, n: int) -> None:
-        self.runtime, self.kind, self.tick, self.n = runtime, kind, tick, n
+    def __init__(
+        self, emit: Callable[[RuntimeEvent], None], session_id: int, kind: str, tick: int, n: int
+    ) -> None:
+        self.emit, self.session_id = emit, session_id
+        self.kind, self.tick, self.n = kind, tick, n
         self.started = time.monotonic()
         self.tokens = 0
         self.text = ""
@@ -161,25 +162,29 @@ class SampleStream:
         if self.last and now - self.last < STREAM_EVERY:
             return
         self.last = now
-        self.runtime._emit(
-            "sampling",
-            block=self.kind,
-            tick=self.tick,
-            candidates=self.n,
-            tokens=self.tokens,
-            seconds=round(now - self.started, 2),
-            text=self.text[-STREAM_TEXT_CHARS:],
+        self.emit(
+            SamplingProgress(
+                session_id=self.session_id,
+                block=self.kind,
+                tick=self.tick,
+                candidates=self.n,
+                tokens=self.tokens,
+                seconds=round(now - self.started, 2),
+                text=self.text[-STREAM_TEXT_CHARS:],
+            )
         )
 
     def done(self, candidates: Sequence[Any]) -> None:
         seconds = time.monotonic() - self.started
         tokens = sum(len(c.token_ids) for c in candidates)
-        self.runtime._emit(
-            "sampled",
-            block=self.kind,
-            tick=self.tick,
-            candidates=len(candidates),
-            tokens=tokens,
-            seconds=round(seconds, 2),
-            tokens_per_second=round(tokens / seconds, 1) if seconds > 0 else None,
+        self.emit(
+            BlockSampled(
+                session_id=self.session_id,
+                block=self.kind,
+                tick=self.tick,
+                candidates=len(candidates),
+                tokens=tokens,
+                seconds=round(seconds, 2),
+                tokens_per_second=round(tokens / seconds, 1) if seconds > 0 else None,
+            )
         )

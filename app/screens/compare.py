@@ -27,17 +27,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, RichLog, Static
 from textual.worker import Worker, WorkerState
 
 from agents.backends.base import AdapterError, Backend, Candidate, Prompt
+from agents.events import NodeChanged, SessionStarted, StatusChanged
 from app.commands import ScreenCommands
+from app.messages import LiveEvent
 from storage import Author, EvaluationKind, NodeStatus, SessionStatus, TraceStore
 from training.rules import evaluation_passed
 
 if TYPE_CHECKING:
-    from agents.runtime import Event, Outcome
+    from agents.runtime import Outcome
     from agents.settings import Settings
     from agents.tasks import Task
     from app.console import ConsoleApp
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: How often the two sides' queues are drained into their columns (seconds).
-DRAIN_EVERY = 0.1
 BASE = "base"
 TUNED = "adapter"
 #: Blocks not on the path: they were sampled but another candidate was taken.
@@ -271,7 +270,6 @@ class CompareScreen(Screen[None]):
         self.verdict: Verdict | None = None
         self.summaries: tuple[SideSummary, SideSummary] | None = None
         self.failed: str | None = None
-        self._drainer: Timer | None = None
         #: set while the comparison holds the model (from the start until both sides
         #: have ended): the main screen starts no session meanwhile
         self.running = threading.Event()
@@ -349,6 +347,7 @@ class CompareScreen(Screen[None]):
                     self.agent_task,
                     options,
                     sessions_dir=settings.sessions_dir(),
+                    target=self,
                 ),
             )
             for key, adapter in ((BASE, None), (TUNED, self.adapter))
@@ -363,7 +362,6 @@ class CompareScreen(Screen[None]):
         self._left = len(sides)
         for side in sides.values():
             self.run_side(side)
-        self._drainer = self.set_interval(DRAIN_EVERY, self.drain)
         self.query_one("#compare-verdict", Static).update(
             Text("both sessions are running (approval: auto)…", style="italic")
         )
@@ -381,31 +379,28 @@ class CompareScreen(Screen[None]):
                 if self._left == 0:
                     self.running.clear()
 
-    def drain(self) -> None:
-        for side in self.sides.values():
-            events = side.live.drain().events
-            if events:
-                self.show_events(side, events)
-
-    def show_events(self, side: Side, events: list[Event]) -> None:
+    @on(LiveEvent)
+    def show_event(self, message: LiveEvent) -> None:
+        """A side's event, as `--query` prints it, in its column."""
         from app.headless import Progress
 
-        log = self.query_one(f"#compare-{side.key} .compare-log", RichLog)
-        status: str | None = None
-        for event in events:
-            if event.kind == "status":
-                status = str(event.data.get("status", ""))
-            line = Progress.describe(event)
-            if line is None:
-                continue
+        side = next((s for s in self.sides.values() if s.live is message.live), None)
+        if side is None:
+            return
+        event = message.event
+        line = Progress.describe(event)
+        if line is not None:
             text = Text(line)
-            node = event.node
-            if node is not None and node.author is Author.MODEL and node.text.strip():
-                text.append("  " + first_line(node.text), style="dim")
-            log.write(text)
-        head = self.query_one(f"#compare-{side.key} .compare-head", Static)
-        head.update(side_head(side, status or side.status))
-        side.status = status or side.status
+            if isinstance(event, NodeChanged):
+                node = event.node
+                if node.author is Author.MODEL and node.text.strip():
+                    text.append("  " + first_line(node.text), style="dim")
+            self.query_one(f"#compare-{side.key} .compare-log", RichLog).write(text)
+        if isinstance(event, StatusChanged):
+            side.status = event.status.value
+        if isinstance(event, SessionStarted | StatusChanged):
+            head = self.query_one(f"#compare-{side.key} .compare-head", Static)
+            head.update(side_head(side, side.status))
 
     @on(Worker.StateChanged)
     def worker_changed(self, event: Worker.StateChanged) -> None:
@@ -426,12 +421,8 @@ class CompareScreen(Screen[None]):
                 self.finish_all()
 
     def finish_all(self) -> None:
-        if self._drainer is not None:
-            self._drainer.stop()
-            self._drainer = None
         if not self.is_attached:
             return
-        self.drain()
         self.refresh_bindings()
         ids = [side.live.session_id for side in self.sides.values()]
         if self.failed is not None or len(ids) != 2 or not all(ids):

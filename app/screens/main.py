@@ -2,7 +2,8 @@
 the chat with the agent, and the status bar; the live session is driven from here.
 
 Store reads run in thread workers; a live session's runtime runs in a thread worker and
-reports through `LiveSession`'s queue, drained on a timer into batched tree updates.
+posts its events to this screen as messages (`app.messages`), handled here one kind at a
+time; the blocks that arrive together are added to the tree as one batch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Tree
 from textual.worker import Worker, WorkerState
 
+from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
 from app.commands import Command, ScreenCommands
+from app.messages import (
+    ApprovalRequested,
+    LiveAgentMessage,
+    LiveEvaluationRecorded,
+    LiveEvent,
+    LiveNodeChanged,
+    LiveSamplingProgress,
+    LiveSessionStarted,
+    LiveStatusChanged,
+    LiveStepWaiting,
+)
 from app.widgets.block_view import BlockView, Candidates
 from app.widgets.chat import ChatLog
 from app.widgets.inspector import Inspector
@@ -38,6 +51,7 @@ from app.widgets.trace_tree import (
     TraceTree,
 )
 from storage import (
+    EvaluationKind,
     EvaluationResult,
     Job,
     JobStatus,
@@ -53,13 +67,13 @@ from storage import (
 if TYPE_CHECKING:
     from agents.approval import ApprovalRequest, Decision
     from agents.memory import Hit
-    from agents.runtime import Event, Outcome
+    from agents.runtime import Outcome
     from agents.tasks import Task
     from app.console import ConsoleApp
     from app.live import LiveSession
 
-#: How often the live session's queue is drained into the UI (seconds).
-DRAIN_EVERY = 0.05
+#: How often the status bar checks whether a live agent has gone quiet (seconds).
+WORKING_EVERY = 0.25
 #: How often the status bar's training job is read (seconds).
 JOBS_EVERY = 1.0
 #: Seconds without a block from a running agent before the status bar says it is working
@@ -186,7 +200,11 @@ class MainScreen(Screen[None]):
         self.given: list[Label] = []
         #: step mode asked for before a session runs: the next session starts in it
         self.armed: str | None = None
-        self._drainer: Timer | None = None
+        self._working: Timer | None = None
+        #: what a live session reported that the tree shows, since it was last updated
+        self._arrived: list[Node] = []
+        self._evaluated: list[tuple[int, int]] = []
+        self._tree_update_queued = False
         #: when the live session last said anything, and whether it now waits for a key
         self._quiet_since = 0.0
         self._awaiting_operator = False
@@ -380,7 +398,7 @@ class MainScreen(Screen[None]):
         settings = self.console.settings
         options = session_options(settings, backend, task)  # as `--query` builds them
         self.live = LiveSession(
-            self.store, backend, task, options, sessions_dir=settings.sessions_dir()
+            self.store, backend, task, options, sessions_dir=settings.sessions_dir(), target=self
         )
         status = self.query_one(StatusBar)
         status.policy = options.approval
@@ -391,39 +409,77 @@ class MainScreen(Screen[None]):
         status.mode = self.live.mode
         self._quiet_since, self._awaiting_operator = time.monotonic(), False
         self.run_session(self.live)
-        self._drainer = self.set_interval(DRAIN_EVERY, self.drain)
+        self._working = self.set_interval(WORKING_EVERY, self.show_working)
         self.refresh_bindings()
 
     @work(thread=True, exit_on_error=False, group="session")
     def run_session(self, live: LiveSession) -> Outcome | None:
         return live.run(self.console.sessions)
 
-    def drain(self) -> None:
-        live = self.live
-        if live is None:
-            return
-        drained = live.drain()
-        if drained.events:
-            self.apply_events(drained.events)
-        self.pending += drained.requests
-        self.ask_next()
-        self._show_working(drained.events[-1] if drained.events else None, drained.requests)
+    # -- what the live session reports (messages from its thread) ---------------------------
 
-    def _show_working(self, last: Event | None, requests: list[ApprovalRequest]) -> None:
+    @on(LiveEvent)
+    def heard_from_agent(self, message: LiveEvent) -> None:
+        """Any event: the session's line in the tree (from its first event), and the status
+        bar's working count starts again."""
+        session_id = message.event.session_id
+        if session_id and session_id not in self.query_one(TraceTree).traces:
+            self.open_live_session(session_id)
+        self._heard(message.event)
+
+    def on_live_session_started(self, message: LiveSessionStarted) -> None:
+        self.query_one(ChatLog).say("console", message.event.text, style="dim")
+
+    def on_live_node_changed(self, message: LiveNodeChanged) -> None:
+        self._arrived.append(message.event.node)
+        self._update_tree_later()
+
+    def on_live_status_changed(self, message: LiveStatusChanged) -> None:
+        event = message.event
+        self.session_status(event.session_id, event.status.value, event.reason)
+
+    def on_live_agent_message(self, message: LiveAgentMessage) -> None:
+        self.query_one(ChatLog).say("agent", message.event.text, style="green")
+
+    def on_live_evaluation_recorded(self, message: LiveEvaluationRecorded) -> None:
+        event = message.event
+        if event.kind is EvaluationKind.CALLBACK:
+            failed = not event.passed or bool(event.error)
+            self.query_one(TraceTree).set_evaluation(event.session_id, event.node_id, failed)
+        self._evaluated.append((event.session_id, event.node_id))
+        self._update_tree_later()
+
+    def on_live_step_waiting(self, message: LiveStepWaiting) -> None:
+        self.query_one(StatusBar).mode = f"step: next {message.event.upcoming} (s)"
+
+    def on_live_sampling_progress(self, message: LiveSamplingProgress) -> None:
+        event = message.event
+        tail = " ".join(event.text.split())[-60:]
+        self.query_one(StatusBar).activity = (
+            f"writing {event.block} ({event.candidates} candidates, "
+            f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"
+        )
+
+    def on_approval_requested(self, message: ApprovalRequested) -> None:
+        self.pending.append(message.request)
+        self.ask_next()
+        self._heard(None)
+
+    def _heard(self, event: RuntimeEvent | None) -> None:
+        """The agent reported `event` (None: it asks for approval)."""
+        status = self.query_one(StatusBar)
+        self._quiet_since = time.monotonic()
+        self._awaiting_operator = isinstance(event, StepWaiting)
+        if not isinstance(event, SamplingProgress):
+            status.activity = ""
+        if not self._awaiting_operator and self.live is not None:
+            status.mode = self.live.mode
+
+    def show_working(self) -> None:
         """While the agent works on a block (the model sampling, an action running) and
         nothing has arrived for a while, the status bar counts the seconds."""
         live = self.live
-        status = self.query_one(StatusBar)
-        now = time.monotonic()
-        if last is not None or requests:
-            self._quiet_since = now
-            self._awaiting_operator = last is not None and last.kind == "step"
-            if last is None or last.kind != "sampling":
-                status.activity = ""
-            if not self._awaiting_operator and live is not None:
-                status.mode = live.mode
-            return
-        quiet = now - self._quiet_since
+        quiet = time.monotonic() - self._quiet_since
         if (
             live is None
             or live.paused
@@ -433,47 +489,34 @@ class MainScreen(Screen[None]):
             or quiet < QUIET_AFTER
         ):
             return
-        status.mode = f"{live.mode} · working {quiet:.0f} s"
+        self.query_one(StatusBar).mode = f"{live.mode} · working {quiet:.0f} s"
 
-    def apply_events(self, events: Iterable[Event]) -> None:
+    def _update_tree_later(self) -> None:
+        """Once the messages already queued are handled: a burst of blocks (a block's
+        candidates, say) is one tree update, not one per block."""
+        if not self._tree_update_queued:
+            self._tree_update_queued = True
+            self.call_later(self.update_tree)
+
+    def update_tree(self) -> None:
+        """The blocks and evaluation marks that arrived, into the tree; the selected
+        block and the inspected tick shown again if they changed."""
+        self._tree_update_queued = False
+        arrived, self._arrived = self._arrived, []
+        evaluated, self._evaluated = self._evaluated, []
         tree = self.query_one(TraceTree)
-        status = self.query_one(StatusBar)
-        chat = self.query_one(ChatLog)
         nodes: dict[int, list[Node]] = {}
         touched: set[tuple[int, int]] = set()
-        for event in events:
-            if event.session_id and event.session_id not in tree.traces:
-                self.open_live_session(event.session_id)
-            if event.kind == "node" and event.node is not None:
-                nodes.setdefault(event.session_id, []).append(event.node)
-                touched.add((event.session_id, event.node.tick))
-            elif event.kind == "status":
-                self.session_status(
-                    event.session_id, event.data["status"], event.data.get("reason")
-                )
-            elif event.kind == "message":
-                chat.say("agent", str(event.data.get("text", "")), style="green")
-            elif event.kind == "evaluation":
-                if event.data.get("kind") == "callback":
-                    failed = not event.data.get("passed") or bool(event.data.get("error"))
-                    tree.set_evaluation(event.session_id, event.data["node"], failed)
-                trace = tree.traces.get(event.session_id)
-                node = trace.nodes.get(event.data["node"]) if trace else None
-                if node is not None:
-                    touched.add((event.session_id, node.tick))
-            elif event.kind == "step":
-                status.mode = f"step: next {event.data.get('next')} (s)"
-            elif event.kind == "start":
-                chat.say("console", str(event.data.get("text", "")), style="dim")
-            elif event.kind == "sampling":
-                data = event.data
-                tail = " ".join(str(data.get("text", "")).split())[-60:]
-                status.activity = (
-                    f"writing {data['block']} ({data['candidates']} candidates, "
-                    f"{data['tokens']} tokens, {data['seconds']:.0f} s): {tail}"
-                )
+        for node in arrived:
+            nodes.setdefault(node.session_id, []).append(node)
+            touched.add((node.session_id, node.tick))
         for session_id, batch in nodes.items():
             tree.add_live_nodes(session_id, batch)
+        for session_id, node_id in evaluated:
+            trace = tree.traces.get(session_id)
+            marked = trace.nodes.get(node_id) if trace else None
+            if marked is not None:
+                touched.add((session_id, marked.tick))
         if self.inspected in touched:
             session_id, tick = self.inspected
             self.inspect(tree.traces[session_id], tick, force=True)
@@ -533,14 +576,11 @@ class MainScreen(Screen[None]):
     def session_ended(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "session" or not event.worker.is_finished:
             return
-        live = self.live
         self.live = None
-        if self._drainer is not None:
-            self._drainer.stop()
-            self._drainer = None
-        if live is not None:
-            rest = live.drain()
-            self.apply_events(rest.events)
+        if self._working is not None:
+            self._working.stop()
+            self._working = None
+        self.update_tree()  # the session's last messages came before this one
         self.close_stale_approval()
         status = self.query_one(StatusBar)
         status.mode = status.activity = ""

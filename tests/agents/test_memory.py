@@ -11,6 +11,7 @@ import pytest
 
 from agents import memory as memory_mod
 from agents.approval import Decision
+from agents.events import MemoryOff
 from agents.memory import Hit, Memory, render_memory
 from storage import NodeStatus, TraceStore
 from tests.support.answer_task import SOLVE
@@ -200,7 +201,7 @@ def test_the_runtime_goes_on_without_memory_when_the_model_cannot_load(
     )
     outcome = runtime.run()
     assert outcome.status.value == "completed"
-    said = [e.data["text"] for e in events if e.kind == "message" and e.data.get("memory") is False]
+    said = [e.text for e in events if isinstance(e, MemoryOff)]
     assert len(said) == 1 and "cannot load the embedding model" in said[0]
     tree = store.tree(outcome.session_id)
     assert not [n for n in tree if n.meta.get("title") == "memory"]

@@ -14,7 +14,16 @@ import pytest
 
 from agents import blocks
 from agents.approval import Decision
-from agents.runtime import Event, Outcome, Runtime
+from agents.events import (
+    AgentMessage,
+    DecisionRecorded,
+    EvaluationRecorded,
+    NodeChanged,
+    RuntimeEvent,
+    StatusChanged,
+    StepWaiting,
+)
+from agents.runtime import Outcome, Runtime
 from storage import (
     Actor,
     Author,
@@ -42,6 +51,10 @@ def sqlite_store(tmp_path: Path) -> Iterator[TraceStore]:
         yield opened
 
 
+def nodes_in(events: list[RuntimeEvent]) -> list[NodeChanged]:
+    return [e for e in events if isinstance(e, NodeChanged)]
+
+
 def siblings_of(store: TraceStore, node: Node) -> list[Node]:
     assert node.parent_id is not None
     return [n for n in store.children(node.parent_id) if n.kind == node.kind]
@@ -50,7 +63,7 @@ def siblings_of(store: TraceStore, node: Node) -> list[Node]:
 def test_a_full_tick_with_an_operator_edit(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime, asked = make_runtime(
         sqlite_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)], events=events
     )
@@ -114,9 +127,10 @@ def test_a_full_tick_with_an_operator_edit(
     assert store.path(outcome_node.id)[3].id == edit.id
 
     # events reached the listener: nodes, the decision, evaluations, the final status
-    kinds = {e.kind for e in events}
-    assert {"node", "decision", "evaluation", "message", "status"} <= kinds
-    assert events[-1].data["status"] == "completed"
+    kinds = {type(e) for e in events}
+    assert {NodeChanged, DecisionRecorded, EvaluationRecorded, AgentMessage, StatusChanged} <= kinds
+    last = events[-1]
+    assert isinstance(last, StatusChanged) and last.status is SessionStatus.COMPLETED
 
 
 def test_every_model_block_re_renders_to_its_stored_prompt(
@@ -334,7 +348,7 @@ def test_regenerate_samples_the_action_again_and_runs_nothing(
 def test_step_mode_makes_one_block_per_step_then_runs_freely(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime, _ = make_runtime(
         sqlite_store, backend, tmp_path, approval="deny", escalation=(), events=events
     )
@@ -344,7 +358,7 @@ def test_step_mode_makes_one_block_per_step_then_runs_freely(
     thread.start()
 
     def waiting_steps() -> int:
-        return sum(1 for e in events if e.kind == "step")
+        return sum(1 for e in events if isinstance(e, StepWaiting))
 
     def settle(steps: int) -> None:
         deadline = time.monotonic() + 60
@@ -353,14 +367,15 @@ def test_step_mode_makes_one_block_per_step_then_runs_freely(
         assert waiting_steps() == steps
 
     settle(1)  # even the session's first block waits for a step
-    first_wait = len([e for e in events if e.kind == "node"])
+    first_wait = len(nodes_in(events))
     time.sleep(0.3)
-    assert len([e for e in events if e.kind == "node"]) == first_wait  # nothing moves
+    assert len(nodes_in(events)) == first_wait  # nothing moves
     runtime.step()
     settle(2)
-    made = [e for e in events if e.kind == "node"][first_wait:]
-    assert [e.data["kind"] for e in made] == ["genesis"]
-    assert events[-1].kind == "step" and events[-1].data["next"] == "task-reminder"
+    made = nodes_in(events)[first_wait:]
+    assert [e.node.kind for e in made] == ["genesis"]
+    last = events[-1]
+    assert isinstance(last, StepWaiting) and last.upcoming == "task-reminder"
     runtime.set_stepping(None)  # run mode: on to the end without another step
     thread.join(60)
     assert not thread.is_alive() and done
@@ -370,7 +385,7 @@ def test_step_mode_makes_one_block_per_step_then_runs_freely(
 def test_step_mode_by_tick_and_stop_while_waiting(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime, _ = make_runtime(
         sqlite_store, backend, tmp_path, approval="deny", escalation=(), events=events
     )
@@ -379,9 +394,10 @@ def test_step_mode_by_tick_and_stop_while_waiting(
     thread = threading.Thread(target=lambda: done.append(runtime.run()))
     thread.start()
     deadline = time.monotonic() + 60
-    while not any(e.kind == "step" for e in events) and time.monotonic() < deadline:
+    while not any(isinstance(e, StepWaiting) for e in events) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert [e.data for e in events if e.kind == "step"] == [{"unit": "tick", "next": "tick 1"}]
+    waits = [e for e in events if isinstance(e, StepWaiting)]
+    assert [(e.unit, e.upcoming) for e in waits] == [("tick", "tick 1")]
     runtime.stop()
     thread.join(30)
     assert done and done[0].status is SessionStatus.ABORTED

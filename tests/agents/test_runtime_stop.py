@@ -13,7 +13,8 @@ import pytest
 
 from agents import blocks
 from agents.approval import Decision
-from agents.runtime import Event, Runtime, task_snapshot
+from agents.events import NodeChanged, RuntimeEvent, SessionStarted, StatusChanged
+from agents.runtime import Runtime, task_snapshot
 from agents.sandbox import Kernel
 from storage import SessionStatus, TraceStore
 from tests.support.answer_task import SOLVE, TASK
@@ -59,8 +60,8 @@ def runtime_for(
     )
 
 
-def statuses(events: list[Event]) -> list[tuple[str, str | None]]:
-    return [(e.data["status"], e.data["reason"]) for e in events if e.kind == "status"]
+def statuses(events: list[RuntimeEvent]) -> list[tuple[str, str | None]]:
+    return [(e.status.value, e.reason) for e in events if isinstance(e, StatusChanged)]
 
 
 def assert_stopped(store: TraceStore, runtime: Runtime, outcome: Any) -> None:
@@ -81,7 +82,7 @@ def test_stop_before_run_aborts_before_the_first_block(
 ) -> None:
     """A batch stops a runtime it has built but not yet run: run() opens the session,
     stores nothing in it, and returns aborted."""
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime = runtime_for(store, backend, tmp_path, listener=events.append)
     runtime.stop()
     outcome = runtime.run()
@@ -101,19 +102,20 @@ def test_stop_from_the_listener_on_the_first_event(
 ) -> None:
     """The first event is the session's first line, the first block the genesis; a stop
     there ends the session before its first tick."""
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime: Runtime
 
-    def listener(event: Event) -> None:
-        if event.kind == "node" and not any(e.kind == "node" for e in events):
+    def listener(event: RuntimeEvent) -> None:
+        if isinstance(event, NodeChanged) and not any(isinstance(e, NodeChanged) for e in events):
             runtime.stop()
         events.append(event)
 
     runtime = runtime_for(store, backend, tmp_path, listener=listener)
     outcome = runtime.run()
     assert_stopped(store, runtime, outcome)
-    assert events[0].kind == "start" and "3 candidates a block" in events[0].data["text"]
-    assert events[1].kind == "node" and events[1].data["kind"] == blocks.GENESIS
+    first, second = events[:2]
+    assert isinstance(first, SessionStarted) and "3 candidates a block" in first.text
+    assert isinstance(second, NodeChanged) and second.node.kind == blocks.GENESIS
     assert [n.kind for n in store.tree(outcome.session_id)] == [blocks.GENESIS]
     assert statuses(events) == [("aborted", "stopped by the operator")]
 
@@ -185,12 +187,12 @@ def test_an_interrupt_aborts_the_session_with_its_reason(
     genesis block) or once it runs (on its first orientation), aborts the session and
     stores why: its text when it has one ("stopped by SIGTERM"), else the operator's
     Ctrl-C. No exception escapes, no kernel is left running, and it can be resumed."""
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     kind = blocks.GENESIS if where == "starting" else blocks.ORIENTATION
 
-    def listener(event: Event) -> None:
+    def listener(event: RuntimeEvent) -> None:
         events.append(event)
-        if event.kind == "node" and event.data["kind"] == kind:
+        if isinstance(event, NodeChanged) and event.node.kind == kind:
             raise interrupt  # once: the session ends on it
 
     runtime = runtime_for(store, backend, tmp_path, listener=listener)
@@ -248,7 +250,7 @@ def test_resuming_a_session_with_no_blocks_starts_it(
     store: TraceStore, backend: Any, tmp_path: Path
 ) -> None:
     session_id = blockless_session(store, backend)
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime = runtime_for(store, backend, tmp_path, listener=events.append, resume=session_id)
     outcome = runtime.run()
     assert_started_from_genesis(store, runtime, session_id, outcome)
@@ -278,12 +280,12 @@ def test_stop_while_resuming_a_session_with_no_blocks(
     """Stopped on the `resumed` status event, before the genesis block: aborted again,
     still without blocks, and resumable once more."""
     session_id = blockless_session(store, backend)
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     runtime: Runtime
 
-    def listener(event: Event) -> None:
+    def listener(event: RuntimeEvent) -> None:
         events.append(event)
-        if event.kind == "status" and event.data["reason"] == "resumed":
+        if isinstance(event, StatusChanged) and event.reason == "resumed":
             runtime.stop()
 
     runtime = runtime_for(store, backend, tmp_path, listener=listener, resume=session_id)

@@ -150,13 +150,14 @@ def test_a_block_of_copies_gets_a_round_that_may_not_repeat(
     is chosen is not a copy."""
     from agents import ranking
     from agents.backends.transformers_backend import TransformersBackend
-    from agents.runtime import NO_REPEAT_TOKENS, Event
+    from agents.events import NodeChanged, RuntimeEvent
+    from agents.runtime import NO_REPEAT_TOKENS
     from agents.tasks import load_task
     from storage import Author, TraceStore
     from tests.support.runs import make_runtime
 
     backend = TransformersBackend(str(gemma_dir), dtype="float32")
-    events: list[Event] = []
+    events: list[RuntimeEvent] = []
     try:
         with TraceStore(tmp_path / "traces.db") as store:
             runtime, _ = make_runtime(
@@ -173,9 +174,9 @@ def test_a_block_of_copies_gets_a_round_that_may_not_repeat(
                 approval="auto",
             )
 
-            def stop_after_orientation(event: Event) -> None:
+            def stop_after_orientation(event: RuntimeEvent) -> None:
                 events.append(event)
-                if event.kind == "node" and event.data.get("kind") == blocks.ORIENTATION:
+                if isinstance(event, NodeChanged) and event.node.kind == blocks.ORIENTATION:
                     runtime.stop()
 
             runtime.listener = stop_after_orientation

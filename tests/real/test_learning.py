@@ -25,8 +25,9 @@ import pytest
 
 from agents import blocks
 from agents.backends.transformers_backend import TransformersBackend, cpu_has_bf16
+from agents.events import NodeChanged, RuntimeEvent
 from agents.families import Variant, split, variant
-from agents.runtime import Event, Runtime
+from agents.runtime import Runtime
 from storage import JobStatus, Node, TraceStore
 from training import starter
 from training.jobs import JobOptions, follow, queue_job
@@ -52,8 +53,8 @@ def context(store: TraceStore, backend: TransformersBackend, found: Variant, tmp
     `backend` stopped once its first orientation (a few tokens) is stored."""
     runtime: Runtime
 
-    def listen(event: Event) -> None:
-        if event.kind == "node" and event.data.get("kind") == blocks.ORIENTATION:
+    def listen(event: RuntimeEvent) -> None:
+        if isinstance(event, NodeChanged) and event.node.kind == blocks.ORIENTATION:
             runtime.stop()
 
     runtime = Runtime(

@@ -1,5 +1,6 @@
-"""Small hand-built sessions shaped the way the runtime shapes them (agents/runtime.py
-`_act`, `_apply`, `_outcome`), for the labelling and training-rule tests.
+"""Small hand-built sessions shaped the way the runtime shapes them (`_act` and `_apply` in
+agents/runtime/gate.py, `_outcome` in agents/runtime/tick.py), for the labelling and
+training-rule tests.
 
 Each helper writes one tick through the store's public calls and returns its blocks by
 role, so a test can name "the rejected action of tick 2" instead of an id. The shapes:

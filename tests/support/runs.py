@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.approval import ApprovalRequest, Decision
-from agents.runtime import Event, RunOptions, Runtime
+from agents.events import RuntimeEvent
+from agents.runtime import RunOptions, Runtime
 from agents.tasks import Task
 from storage import TraceStore
 from tests.support.answer_task import TASK
@@ -35,7 +36,7 @@ def make_runtime(
     tmp_path: Path,
     answers: list[Callable[[ApprovalRequest], Decision]] | None = None,
     task: Task = TASK,
-    events: list[Event] | None = None,
+    events: list[RuntimeEvent] | None = None,
     clock: Callable[[], float] | None = None,
     **opts: object,
 ) -> tuple[Runtime, list[ApprovalRequest]]:

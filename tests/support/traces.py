@@ -1,7 +1,7 @@
 """Realistic trace sessions of any size, written fast, for tests and benchmarks.
 
 `build_session(store, blocks=50_000)` writes a session shaped like the runtime's own
-(agents/runtime.py): tick 0 is a `genesis` block; every later tick runs task-reminder,
+(agents/runtime/tick.py): tick 0 is a `genesis` block; every later tick runs task-reminder,
 two observations, orientation, an action with three alternates as its siblings,
 expectation, option, evaluation and outcome, each block a child of the previous block on
 the chain, with the detours a real session takes (a failed action with its error, debug
