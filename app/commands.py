@@ -1,5 +1,6 @@
 """Command palette providers: each screen lists its verbs ("namespace: Verb", the screen
-action, a help line) and the palette offers those the screen's `check_action` allows now."""
+action, a help line; made from its table in app/actions.py) and the palette offers those
+the screen's `check_action` allows now."""
 
 from __future__ import annotations
 

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, on, work
 from textual.app import App
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.worker import Worker, WorkerState
 
 from agents.settings import Settings
 from app import collector, exit_codes
+from app.actions import APP_ACTIONS, binding_ids, bindings
 from app.screens.main import MainScreen
 from app.signals import RunningSessions
 from app.themes import load_themes
@@ -46,40 +47,6 @@ if TYPE_CHECKING:
 FALLBACK_THEME = "textual-dark"
 #: What the operator does (keys, the mouse, a paste): the collector waits while it goes on.
 OPERATOR_EVENTS = (events.InputEvent, events.Paste)
-
-
-def binding_ids() -> set[str]:
-    """Every binding id the keys setting can remap, across the console's screens."""
-    from app.screens.approval import ApprovalScreen
-    from app.screens.batches import BatchesScreen
-    from app.screens.compare import CompareScreen
-    from app.screens.held_out import HeldOutScreen
-    from app.screens.help import HelpScreen
-    from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
-    from app.screens.label import LabelScreen
-    from app.screens.search import SearchScreen
-    from app.screens.similar import SimilarScreen
-    from app.screens.train_confirm import TrainConfirmScreen
-    from app.widgets.trace_tree import TraceTree
-
-    owners = (
-        ConsoleApp,
-        MainScreen,
-        ApprovalScreen,
-        LabelScreen,
-        HelpScreen,
-        TraceTree,
-        JobsScreen,
-        ConfirmScreen,
-        AdapterPicker,
-        TrainConfirmScreen,
-        CompareScreen,
-        HeldOutScreen,
-        SearchScreen,
-        SimilarScreen,
-        BatchesScreen,
-    )
-    return {b.id for owner in owners for b in owner.BINDINGS if isinstance(b, Binding) and b.id}
 
 
 class SharedMemory:
@@ -130,12 +97,7 @@ class ConsoleApp(App[None]):
     # Textual reads a screen's CSS_PATH when the screen is pushed, not for the default
     # screen: the main screen's stylesheet (beside its module) is loaded by the app.
     CSS_PATH = "screens/main.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
-        Binding(
-            "r", "refresh", "Refresh", id="app.refresh", tooltip="Reload sessions from the store"
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(APP_ACTIONS)
 
     def __init__(
         self,
@@ -364,7 +326,7 @@ class ConsoleApp(App[None]):
         """The `keys` setting: binding id -> keys. An id no binding has is named in a
         warning (a typo would otherwise go unnoticed) and the rest still apply."""
         if not self.settings.keys:
-            return  # nothing to remap: the other screens need not be imported yet
+            return
         known = binding_ids()
         unknown = sorted(set(self.settings.keys) - known)
         if unknown:

@@ -20,7 +20,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import ModalScreen
@@ -28,6 +28,7 @@ from textual.widgets import Footer, Input, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from agents.approval import ApprovalRequest, Decision
+from app.actions import APPROVAL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import Node
 
@@ -102,17 +103,7 @@ class ApprovalCommands(ScreenCommands):
     """The approval screen's verbs in the command palette, limited to those that apply
     in the screen's current mode."""
 
-    ENTRIES = (
-        ("approval: Approve", "approve", "Run the proposed action as it is"),
-        ("approval: Edit", "edit", "Edit the action's code, then run your version"),
-        ("approval: Reject", "reject", "Refuse the action and tell the agent why"),
-        ("approval: Pick alternate", "pick", "Run the highlighted alternate instead"),
-        ("approval: Regenerate", "regenerate", "Sample a new action; nothing runs this time"),
-        ("approval: Accept edit", "accept_edit", "Check the edited code and run it"),
-        ("approval: Confirm reject", "confirm_reject", "Reject with the reason typed"),
-        ("approval: Back", "back", "Leave editing or rejecting; nothing is decided"),
-        ("approval: Stop session", "stop_session", "Stop the session; nothing is decided"),
-    )
+    ENTRIES = palette(APPROVAL_ACTIONS)
 
 
 class ApprovalScreen(ModalScreen[Decision]):
@@ -120,35 +111,7 @@ class ApprovalScreen(ModalScreen[Decision]):
 
     CSS_PATH = "approval.tcss"
     COMMANDS = {ApprovalCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "approve", "Approve", id="approval.approve",
-                tooltip="Run the proposed action as it is"),
-        Binding("e", "edit", "Edit", id="approval.edit",
-                tooltip="Edit the action's code, then run your version"),
-        Binding("r", "reject", "Reject", id="approval.reject",
-                tooltip="Refuse the action and tell the agent why"),
-        Binding("p", "pick", "Pick", id="approval.pick",
-                tooltip="Run the highlighted alternate instead of the proposed action"),
-        Binding("g", "regenerate", "Regenerate", id="approval.regenerate",
-                tooltip="Sample a new action; the proposed one is kept as an alternate"),
-        # The modal holds every key while it asks: without this, a session whose agent
-        # keeps proposing actions could only be stopped by deciding one first.
-        Binding("x", "stop_session", "Stop session", id="approval.stop",
-                tooltip="Stop the session (stored as aborted); nothing is decided"),
-        Binding("ctrl+s", "accept_edit", "Accept edit", id="approval.accept_edit",
-                tooltip="Check the edited code parses as Python and run it"),
-        # Priority, so the footer shows it over the reason Input's own (hidden) enter.
-        Binding("enter", "confirm_reject", "Confirm", id="approval.confirm_reject",
-                priority=True, tooltip="Reject with the reason typed"),
-        # Priority: the code editor would otherwise take escape to move focus.
-        Binding("escape", "back", "Back", id="approval.back", priority=True,
-                tooltip="Leave editing or rejecting; nothing is decided"),
-        *(
-            Binding(str(n), f"pick_number({n})", f"Pick {n}", id=f"approval.pick_{n}",
-                    show=False, tooltip=f"Run alternate {n} instead")
-            for n in range(1, 10)
-        ),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(APPROVAL_ACTIONS)
 
     mode: reactive[Mode] = reactive(Mode.VIEW, init=False, bindings=True)
 

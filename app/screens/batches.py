@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker
 
 from agents.batch import Summary, by_adapter, describe_counts, spec_name, summarize
+from app.actions import BATCHES_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import (
     Batch,
@@ -207,10 +208,7 @@ class BatchesRead:
 
 
 class BatchesCommands(ScreenCommands):
-    ENTRIES = (
-        ("batches: Open session", "open", "Open the highlighted task's session in the tree"),
-        ("batches: Back", "back", "Back to the previous screen"),
-    )
+    ENTRIES = palette(BATCHES_ACTIONS)
 
 
 class BatchesScreen(Screen[tuple[int, int] | None]):
@@ -219,12 +217,7 @@ class BatchesScreen(Screen[tuple[int, int] | None]):
 
     CSS_PATH = "batches.tcss"
     COMMANDS: ClassVar = {BatchesCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open", "Open session", id="batches.open", priority=True,
-                tooltip="Open the highlighted task's session in the tree (on the batch list: "
-                "go to its tasks)"),
-        Binding("escape", "back", "Back", id="batches.back", tooltip="Back to the previous screen"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(BATCHES_ACTIONS)
 
     def __init__(self, store: TraceStore) -> None:
         super().__init__()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, RichLog, Static
@@ -32,6 +32,7 @@ from textual.worker import Worker, WorkerState
 
 from agents.backends.base import AdapterError, Backend, Candidate, Prompt
 from agents.events import NodeChanged, SessionStarted, StatusChanged
+from app.actions import COMPARE_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.messages import LiveEvent
 from storage import Author, EvaluationKind, NodeStatus, SessionStatus, TraceStore
@@ -230,10 +231,7 @@ def resolve_task(settings_snapshot: dict[str, object], task_text: str) -> Task:
 
 
 class CompareCommands(ScreenCommands):
-    ENTRIES = (
-        ("compare: Stop", "stop", "Stop both sessions (they end aborted)"),
-        ("compare: Back", "back", "Back to the main screen"),
-    )
+    ENTRIES = palette(COMPARE_ACTIONS)
 
 
 @dataclass
@@ -254,12 +252,7 @@ class CompareScreen(Screen[None]):
 
     CSS_PATH = "compare.tcss"
     COMMANDS: ClassVar = {CompareCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("x", "stop", "Stop", id="compare.stop",
-                tooltip="Stop both sessions; they stay in the store as aborted"),
-        Binding("escape", "back", "Back", id="compare.back",
-                tooltip="Back to the main screen (a running comparison is stopped)"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(COMPARE_ACTIONS)
 
     def __init__(self, store: TraceStore, task: Task, adapter: str) -> None:
         super().__init__()

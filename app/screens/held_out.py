@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
@@ -25,6 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from agents.batch import wilson
 from agents.families import Variant, family_names, split, variant
+from app.actions import HELD_OUT_ACTIONS, bindings
 from app.screens.compare import BASE, TUNED, PinnedAdapter
 from storage import TraceStore
 
@@ -62,12 +63,7 @@ class HeldOutScreen(Screen[None]):
     """The held-out variants as rows, base and adapter as columns, filled as they run."""
 
     CSS_PATH = "compare.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("x", "stop", "Stop", id="held_out.stop",
-                tooltip="Stop the running session (aborted, not counted) and run no more"),
-        Binding("escape", "back", "Back", id="held_out.back",
-                tooltip="Back to the main screen (a running set is stopped)"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(HELD_OUT_ACTIONS)
 
     def __init__(self, store: TraceStore, adapter: str, variants: list[Variant]) -> None:
         super().__init__()

@@ -7,17 +7,17 @@ from typing import Any, ClassVar
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
+from app.actions import HELP_ACTIONS, bindings
+
 
 class HelpScreen(ModalScreen[None]):
     CSS_PATH = "help.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(HELP_ACTIONS)
 
     def __init__(self, under: Screen[Any]) -> None:
         super().__init__()

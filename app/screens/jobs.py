@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Log, OptionList, Sparkline, Stati
 from textual.widgets.option_list import Option
 from textual.worker import Worker
 
+from app.actions import ADAPTER_PICKER_ACTIONS, CONFIRM_ACTIONS, JOBS_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import Adapter, Job, JobEvent, JobStatus, TraceStore
 from training.jobs import (
@@ -159,12 +160,7 @@ class JobsRead:
 
 
 class JobsCommands(ScreenCommands):
-    ENTRIES = (
-        ("jobs: Cancel", "cancel", "Ask the selected job to stop (it saves a checkpoint)"),
-        ("jobs: Resume", "resume", "Continue a failed or cancelled job from its checkpoint"),
-        ("jobs: Load adapter", "load", "Use the finished job's adapter in the agent"),
-        ("jobs: Back", "back", "Back to the previous screen"),
-    )
+    ENTRIES = palette(JOBS_ACTIONS)
 
 
 class JobsScreen(Screen[None]):
@@ -172,15 +168,7 @@ class JobsScreen(Screen[None]):
 
     CSS_PATH = "jobs.tcss"
     COMMANDS: ClassVar = {JobsCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "cancel", "Cancel job", id="jobs.cancel",
-                tooltip="Ask the selected job to stop; it saves a checkpoint to resume from"),
-        Binding("r", "resume", "Resume", id="jobs.resume",
-                tooltip="Start a failed or cancelled job again from its last checkpoint"),
-        Binding("l", "load", "Load adapter", id="jobs.load",
-                tooltip="Load the finished job's adapter into the agent's model and use it"),
-        Binding("escape", "back", "Back", id="jobs.back", tooltip="Back to the previous screen"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(JOBS_ACTIONS)
 
     #: the highlighted job's id (None while the list is empty)
     selected: reactive[int | None] = reactive(None, init=False, bindings=True)
@@ -477,10 +465,7 @@ class ConfirmScreen(ModalScreen[bool]):
     """A yes/no question; dismissed with True for yes."""
 
     CSS_PATH = "jobs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes", id="confirm.yes", tooltip="Yes, do it"),
-        Binding("n,escape", "answer(False)", "No", id="confirm.no", tooltip="No, leave it"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(CONFIRM_ACTIONS)
 
     def __init__(self, question: str, detail: str = "") -> None:
         super().__init__()
@@ -502,9 +487,7 @@ class AdapterPicker(ModalScreen[str | None]):
     """The registered adapters (read in a worker); enter picks one, escape none."""
 
     CSS_PATH = "jobs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "Cancel", id="adapters.cancel", tooltip="Pick none"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(ADAPTER_PICKER_ACTIONS)
 
     def __init__(self, store: TraceStore, title: str, active: str | None = None) -> None:
         super().__init__()

@@ -19,13 +19,14 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from app.actions import LABEL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import (
     Author,
@@ -73,24 +74,7 @@ class Given:
 class LabelCommands(ScreenCommands):
     """The label screen's verbs in the command palette, those that apply now."""
 
-    ENTRIES = (
-        ("label: Good", "good", "Label this branch good"),
-        ("label: Bad", "bad", "Label this branch bad"),
-        ("label: Skip", "skip", "Leave this branch unlabelled and go to the next"),
-        ("label: Undo", "undo", "Take back the last label given here and return to it"),
-        ("label: Note", "note", "Write a note that goes with the next label"),
-        ("label: Confirm suggestion", "confirm", "Give the suggested label"),
-        ("label: Toggle scope", "toggle_scope", "Label this block, or the whole path to its tick"),
-        (
-            "label: Similar branches…",
-            "similar",
-            "Give the unlabelled blocks most like the last one labelled the same label",
-        ),
-        ("label: Back", "back", "Leave the label screen"),
-        ("train: SFT on the labels", "train('sft')", "Confirm, then train an SFT adapter"),
-        ("train: DPO on the labels", "train('dpo')", "Confirm, then train a DPO adapter"),
-        ("train: Jobs", "jobs", "Training jobs: progress, loss, cancel, resume, load"),
-    )
+    ENTRIES = palette(LABEL_ACTIONS)
 
 
 class LabelScreen(Screen[None]):
@@ -98,27 +82,7 @@ class LabelScreen(Screen[None]):
 
     CSS_PATH = "label.tcss"
     COMMANDS = {LabelCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("g", "good", "Good", id="label.good", tooltip="Label this branch good"),
-        Binding("b", "bad", "Bad", id="label.bad", tooltip="Label this branch bad"),
-        Binding("enter", "confirm", "Confirm", id="label.confirm",
-                tooltip="Give the suggested label"),
-        Binding("s", "skip", "Skip", id="label.skip",
-                tooltip="Leave this branch unlabelled and go to the next"),
-        Binding("u", "undo", "Undo", id="label.undo",
-                tooltip="Take back the last label given here and return to its branch"),
-        Binding("n", "note", "Note", id="label.note",
-                tooltip="Write a note that goes with the next good or bad label"),
-        Binding("t", "toggle_scope", "Scope", id="label.scope",
-                tooltip="Label this block, or the whole path to its tick (the next label only)"),
-        Binding("L", "similar", "Similar", id="label.similar",
-                tooltip="List the unlabelled blocks most like the last one labelled here, "
-                "to give them the same label"),
-        Binding("escape", "back", "Back", id="label.back",
-                tooltip="Close the note, or leave the label screen"),
-        Binding("T", "train", "Train", id="label.train",
-                tooltip="Train an adapter on the labels (a confirm dialog first)"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(LABEL_ACTIONS)
 
     busy: reactive[bool] = reactive(False, init=False, bindings=True)
     scope: reactive[LabelScope] = reactive(LabelScope.BLOCK, init=False, bindings=True)

@@ -17,7 +17,7 @@ from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
@@ -25,6 +25,7 @@ from textual.widgets import Footer, Header, Input, Tree
 from textual.worker import Worker, WorkerState
 
 from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
+from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
 from app.messages import (
     ApprovalRequested,
@@ -85,42 +86,7 @@ LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 class MainCommands(ScreenCommands):
     """The main screen's verbs, and a "session: New" per shipped task."""
 
-    ENTRIES = (
-        ("session: Step one block", "step", "Let the agent write one block"),
-        ("session: Step one tick", "step_tick", "Let the agent run one tick"),
-        ("session: Run", "run", "Run until the agent needs the operator"),
-        ("session: Pause or resume", "pause", "Pause the agent at the next block"),
-        ("session: Stop", "stop", "Abort the running session"),
-        ("view: Jump to the end", "last", "Move to the last line of the tree"),
-        ("label: Open the labelling queue", "label", "Label branches one key at a time"),
-        ("label: Mark good", "label_good", "Label the selected block good"),
-        ("label: Mark bad", "label_bad", "Label the selected block bad"),
-        ("label: Undo", "undo_label", "Take back the last label given here"),
-        (
-            "label: Similar branches…",
-            "similar",
-            "Give the unlabelled blocks most like the selected one its label",
-        ),
-        ("search: Traces…", "search", "Search every stored block by meaning, jump to one"),
-        ("chat: Message the agent", "chat", "Focus the chat input"),
-        ("train: SFT on the labels", "app.train('sft')", "Confirm, then train an SFT adapter"),
-        ("train: DPO on the labels", "app.train('dpo')", "Confirm, then train a DPO adapter"),
-        ("train: Jobs", "app.jobs", "Training jobs: progress, loss, cancel, resume, load"),
-        (
-            "batch: Batches",
-            "app.batches",
-            "Batch runs: progress, each task's status, open a task's session",
-        ),
-        ("adapter: Use adapter…", "app.use_adapter", "Sample with a registered LoRA adapter"),
-        ("adapter: Base model", "app.base_model", "Sample with the base model again"),
-        ("compare: A/B base vs adapter", "compare", "Run this task with both, side by side"),
-        (
-            "compare: A/B on the held-out set",
-            "compare_held_out",
-            "Base and adapter alone on task-family variants never taught, with pass rates",
-        ),
-        ("help: Keys", "help", "Every key of this screen"),
-    )
+    ENTRIES = palette(MAIN_ACTIONS)
 
     def entries(self) -> Iterable[Command]:
         yield from self.ENTRIES
@@ -132,63 +98,7 @@ class MainCommands(ScreenCommands):
 
 class MainScreen(Screen[None]):
     COMMANDS: ClassVar = {MainCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "step", "Step", id="main.step", tooltip="Let the agent write one block"),
-        Binding("S", "step_tick", "Tick", id="main.step_tick", tooltip="Let the agent run a tick"),
-        Binding("c", "run", "Run", id="main.run", tooltip="Run until the agent needs you"),
-        Binding("p", "pause", "Pause", id="main.pause", tooltip="Pause or resume the agent"),
-        Binding("x", "stop", "Stop", id="main.stop", tooltip="Abort the running session"),
-        Binding("g", "label_good", "Good", id="main.label_good", tooltip="Label the block good"),
-        Binding("b", "label_bad", "Bad", id="main.label_bad", tooltip="Label the block bad"),
-        Binding("u", "undo_label", "Undo", id="main.undo_label", tooltip="Undo the last label"),
-        Binding("l", "label", "Label", id="main.label", tooltip="Open the labelling queue"),
-        Binding(
-            "L",
-            "similar",
-            "Similar",
-            id="main.similar",
-            tooltip="List the unlabelled blocks most like this labelled one, to label them alike",
-        ),
-        Binding(
-            "slash",
-            "search",
-            "Search",
-            id="main.search",
-            tooltip="Search every stored block by meaning; enter jumps to it",
-        ),
-        Binding("i", "chat", "Chat", id="main.chat", tooltip="Write to the agent"),
-        Binding(
-            "T",
-            "app.train",
-            "Train",
-            id="main.train",
-            tooltip="Train an adapter on the labels (a confirm dialog first)",
-        ),
-        Binding(
-            "j",
-            "app.jobs",
-            "Jobs",
-            id="main.jobs",
-            tooltip="Training jobs: progress, loss, cancel, resume, load the adapter",
-        ),
-        Binding(
-            "B",
-            "app.batches",
-            "Batches",
-            id="main.batches",
-            tooltip="Batch runs: progress, each task's status and result; enter opens a session",
-            show=False,
-        ),
-        Binding(
-            "A",
-            "compare",
-            "A/B",
-            id="main.compare",
-            tooltip="Run the selected session's task on the base model and an adapter",
-        ),
-        Binding("escape", "tree", "Tree", id="main.tree", tooltip="Back to the tree", show=False),
-        Binding("question_mark,f1", "help", "Keys", id="main.help", tooltip="Show every key"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(MAIN_ACTIONS)
 
     def __init__(self, store: TraceStore) -> None:
         super().__init__()

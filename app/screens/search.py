@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from app.actions import SEARCH_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import Session, TraceStore
 
@@ -38,10 +39,7 @@ PREVIEW = 90
 
 
 class SearchCommands(ScreenCommands):
-    ENTRIES = (
-        ("search: Jump to the result", "pick", "Close the search and select the block"),
-        ("search: Back", "back", "Close the search; the tree stays as it was"),
-    )
+    ENTRIES = palette(SEARCH_ACTIONS)
 
 
 class SearchScreen(ModalScreen["Hit | None"]):
@@ -49,16 +47,7 @@ class SearchScreen(ModalScreen["Hit | None"]):
 
     CSS_PATH = "search.tcss"
     COMMANDS = {SearchCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", id="search.back",
-                tooltip="Close the search; the tree stays as it was"),
-        Binding("enter", "pick", "Jump", id="search.pick",
-                tooltip="Close the search and select the highlighted block in the tree"),
-        Binding("down", "move(1)", "Next", id="search.next", show=False,
-                tooltip="Highlight the next result"),
-        Binding("up", "move(-1)", "Previous", id="search.previous", show=False,
-                tooltip="Highlight the previous result"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(SEARCH_ACTIONS)
 
     def __init__(self, store: TraceStore, memory: SharedMemory) -> None:
         super().__init__()

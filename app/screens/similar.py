@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import ModalScreen
@@ -21,6 +21,7 @@ from textual.widgets import Footer, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from app.actions import SIMILAR_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.screens.search import first_line, result_line
 from storage import Label, LabelScope, LabelValue, Node, Session, StoreError, TraceStore
@@ -35,12 +36,7 @@ SCOPE_WORDS = {LabelScope.BLOCK: "this block", LabelScope.PATH: "the whole path 
 
 
 class SimilarCommands(ScreenCommands):
-    ENTRIES = (
-        ("similar: Apply the label", "apply", "Give the selected blocks the same label"),
-        ("similar: Select all", "select_all", "Select every block listed"),
-        ("similar: Select none", "select_none", "Clear the selection"),
-        ("similar: Back", "back", "Close without labelling"),
-    )
+    ENTRIES = palette(SIMILAR_ACTIONS)
 
 
 class SimilarScreen(ModalScreen[int | None]):
@@ -48,14 +44,7 @@ class SimilarScreen(ModalScreen[int | None]):
 
     CSS_PATH = "similar.tcss"
     COMMANDS = {SimilarCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("l", "apply", "Label selected", id="similar.apply",
-                tooltip="Give the selected blocks the same label (value and scope)"),
-        Binding("a", "select_all", "All", id="similar.all", tooltip="Select every block listed"),
-        Binding("n", "select_none", "None", id="similar.none", tooltip="Clear the selection"),
-        Binding("escape", "back", "Back", id="similar.back",
-                tooltip="Close without labelling"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(SIMILAR_ACTIONS)
 
     busy: reactive[bool] = reactive(True, init=False, bindings=True)
 

@@ -15,13 +15,14 @@ from typing import ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, RadioButton, RadioSet, Static
 from textual.worker import Worker, WorkerState
 
+from app.actions import TRAIN_CONFIRM_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import Job, JobKind, TraceStore
 from training.jobs import DEFAULT_LR, JobError, JobOptions, needed_labels_message, queue_job
@@ -37,13 +38,7 @@ DEFAULT_LORA_R = 16
 
 
 class TrainCommands(ScreenCommands):
-    ENTRIES = (
-        ("train: Queue the job", "confirm", "Queue the training job with these options"),
-        ("train: SFT", "kind('sft')", "Train on the good blocks"),
-        ("train: DPO", "kind('dpo')", "Train on the preferred pairs"),
-        ("train: KTO", "kind('kto')", "Train on good and bad blocks, paired or not"),
-        ("train: Cancel", "cancel", "Close the dialog; nothing is queued"),
-    )
+    ENTRIES = palette(TRAIN_CONFIRM_ACTIONS)
 
 
 class TrainConfirmScreen(ModalScreen[Job | None]):
@@ -51,14 +46,7 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
 
     CSS_PATH = "train_confirm.tcss"
     COMMANDS: ClassVar = {TrainCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "confirm", "Queue job", id="train.confirm", priority=True,
-                tooltip="Queue the job; it trains in a worker process of its own"),
-        Binding("ctrl+t", "toggle_kind", "SFT/DPO/KTO", id="train.kind", priority=True,
-                tooltip="Switch between SFT and DPO"),
-        Binding("escape", "cancel", "Cancel", id="train.cancel", priority=True,
-                tooltip="Close the dialog; nothing is queued"),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = bindings(TRAIN_CONFIRM_ACTIONS)
 
     kind: reactive[JobKind] = reactive(JobKind.SFT, init=False, bindings=True)
     counts: reactive[Counts | None] = reactive(None, init=False, bindings=True)

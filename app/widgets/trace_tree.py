@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from app.actions import TREE_ACTIONS, bindings
 from storage import Label, LabelScope, LabelValue, Node, NodeStatus, Session, SessionStatus
 
 STATUS_MARKS = {
@@ -144,10 +144,7 @@ def block_label(node: Node, label: Label | None, evaluation: bool | None, error:
 class TraceTree(Tree[Entry]):
     """Sessions > ticks > blocks, with alternates under the block they lost to."""
 
-    BINDINGS = [
-        Binding("home", "first", "First", id="tree.home", tooltip="Move to the first line"),
-        Binding("end", "last", "Last", id="tree.end", tooltip="Jump to the last line"),
-    ]
+    BINDINGS = bindings(TREE_ACTIONS)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("sessions", id=id)
