@@ -203,6 +203,8 @@ class ApprovalScreen(ModalScreen[Decision]):
     @on(OptionList.OptionHighlighted, "#approval-candidates")
     def candidate_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self.highlighted = event.option_index
+        if not self.is_attached:
+            return  # the session stopped and the modal closed with this still queued
         self.show_node(self.candidates[event.option_index])
         self.refresh_bindings()
 
