@@ -409,7 +409,7 @@ def run_label(args: argparse.Namespace, settings: Settings) -> int:
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     from agents.backends import AdapterError, BackendError, ModelNotFoundError, model_or_default
     from agents.backends.lora import read_adapter
-    from agents.serving import ServeOptions, check_model_available, find_vllm_python, serve
+    from agents.backends.serving import ServeOptions, check_model_available, find_vllm_python, serve
     from agents.settings import data_dir
 
     adapters = {}

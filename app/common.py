@@ -1,20 +1,17 @@
 """What the headless subcommands share: opening the store and the model, each failure one
-line through the command's own `fail` and an exit code; and, with the console, the options
-a session runs with."""
+line through the command's own `fail` and an exit code."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app import exit_codes
 
 if TYPE_CHECKING:
     from agents.backends import Backend
-    from agents.runtime import RunOptions
     from agents.settings import Settings
-    from agents.tasks import Task
     from storage import TraceStore
 
 #: A command's error printer: one line, returns the exit code it is given.
@@ -81,17 +78,3 @@ def open_model(
             return fail(str(exc), exit_codes.MODEL)
         print(f"using adapter {adapter.name!r}", file=sys.stderr, flush=True)
     return backend
-
-
-def session_options(
-    settings: Settings, backend: Backend | None, task: Task, **overrides: Any
-) -> RunOptions:
-    """The options a session of `task` runs with: the settings, the defaults for `backend`
-    where they leave a choice open (`RunOptions.from_settings`), and the task's own tick
-    limit where it is lower. `--query`, the console's live session and its A/B all build
-    theirs here, so one setting means the same run everywhere; what a caller changes on
-    purpose (the A/B: approval auto, one seed for both sides, no memory) is `overrides`."""
-    from agents.runtime import RunOptions
-
-    max_ticks = min(settings.max_ticks, task.max_ticks or settings.max_ticks)
-    return RunOptions.from_settings(settings, backend, **{"max_ticks": max_ticks, **overrides})

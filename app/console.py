@@ -14,78 +14,33 @@ import contextlib
 import gc
 import logging
 import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, on, work
 from textual.app import App
 from textual.binding import BindingType
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
 from agents.settings import Settings
-from app import collector, exit_codes
+from agents.workbench import Workbench
+from app import collector, exit_codes, shared
 from app.actions import APP_ACTIONS, binding_ids, bindings
+from app.messages import UseAdapter
 from app.screens.main import MainScreen
-from app.signals import RunningSessions
 from app.themes import load_themes
-from app.widgets.status_bar import StatusBar
 from storage import TraceStore
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agents.backends import Backend
-    from agents.memory import Memory
     from agents.tasks import Task
-    from app.screens.compare import CompareScreen
-    from app.screens.held_out import HeldOutScreen
     from storage import Job
 
 FALLBACK_THEME = "textual-dark"
 #: What the operator does (keys, the mouse, a paste): the collector waits while it goes on.
 OPERATOR_EVENTS = (events.InputEvent, events.Paste)
-
-
-class SharedMemory:
-    """The retrieval memory (agents/memory.py) as the console's screens use it. Opening
-    it loads the embedding model (seconds): it is opened on first use, from a thread
-    worker, never the UI thread. One screen worker holds it at a time, so a search typed
-    while the index syncs waits, and gives up as soon as a newer search takes over."""
-
-    def __init__(self, store: TraceStore, model: str | None = None) -> None:
-        self.store = store
-        #: the embedding model; None: the core's default (the bundled MiniLM)
-        self.model = model
-        self._memory: Memory | None = None
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def use(self, should_stop: Callable[[], bool]) -> Iterator[Memory | None]:
-        """The memory, once no other screen worker holds it; None when `should_stop()`
-        turns true while waiting (a newer search took over, or the screen closed)."""
-        while not self._lock.acquire(timeout=0.05):
-            if should_stop():
-                yield None
-                return
-        try:
-            if self._memory is None:
-                from agents.memory import DEFAULT_EMBEDDING_MODEL, shared_memory
-
-                # The one the runtime recalls from too: the model is loaded once.
-                self._memory = shared_memory(
-                    self.store, model=self.model or DEFAULT_EMBEDDING_MODEL
-                )
-            yield self._memory
-        finally:
-            self._lock.release()
-
-    def close(self) -> None:
-        if self._memory is not None:
-            self._memory.close()
-            self._memory = None
 
 
 #: How long an ending signal waits for the running session to store its end.
@@ -114,15 +69,9 @@ class ConsoleApp(App[None]):
         self.settings = settings
         self.start = start
         self.label_session = label_session
-        self.start_task = task
-        #: a registered adapter's name (`--adapter`), to load once the model is up
-        self.start_adapter = adapter
-        self.backend: Backend | None = None
-        self.model_problem: str | None = None
-        #: the A/B comparison on screen or last run; see `comparing`
-        self.comparison: CompareScreen | HeldOutScreen | None = None
-        #: semantic search and similar-branch labelling (opened when first used)
-        self.memory = SharedMemory(store, settings.memory_model)
+        #: the model, its adapter, the running sessions and the memory, which every
+        #: screen asks (`app.shared.workbench`)
+        self.workbench = Workbench(store, settings, task=task, adapter=adapter)
         self.sub_title = store.where
         # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
         self.animation_level = "none"
@@ -130,8 +79,6 @@ class ConsoleApp(App[None]):
         self.collector = collector.IdleCollector()
         #: a SIGTERM or SIGHUP is ending the console (see `end_by_signal`)
         self.ending = False
-        #: every session running now, which an ending signal stops
-        self.sessions = RunningSessions()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.store)
@@ -158,7 +105,7 @@ class ConsoleApp(App[None]):
 
     def on_unmount(self) -> None:
         self.collector.stop()
-        self.memory.close()
+        self.workbench.close()
 
     def on_mount(self) -> None:
         self.catch_ending_signals()
@@ -194,45 +141,29 @@ class ConsoleApp(App[None]):
     async def _end(self, reason: str) -> None:
         # the live session, an A/B's sides, a held-out comparison's current one: each
         # stored aborted before the process goes (a forward pass may take seconds)
-        await asyncio.to_thread(self.sessions.stop_all, reason, ENDING_WAIT_SECONDS)
+        await asyncio.to_thread(self.workbench.sessions.stop_all, reason, ENDING_WAIT_SECONDS)
         self.exit(return_code=exit_codes.INTERRUPTED)
-
-    def show_model_state(self) -> None:
-        """The status bar's model part (the main screen calls it once it is composed)."""
-        found = self.main.query(StatusBar)
-        if not found:
-            return
-        status = found.first()
-        status.policy = self.settings.approval
-        backend = self.backend
-        if backend is not None:
-            status.backend, status.model = backend.name, backend.model
-            status.adapter = backend.active_adapter or ""
-        elif self.model_problem is not None:
-            status.backend = "no model"
-        else:
-            status.backend = "loading model…"
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="model")
     def load_model(self) -> None:
         """After the first frame: a real model takes seconds to minutes to load."""
-        from agents.backends import BackendError, open_backend
+        from agents.backends import BackendError
 
+        bench = self.workbench
         try:
-            backend = open_backend(self.settings, self.model_progress)
+            backend = bench.open_model(self.model_progress)
         except BackendError as exc:
             self.call_from_thread(self.model_failed, str(exc))
             return
-        if self.start_adapter:
-            problem = self.apply_adapter(backend, self.start_adapter)
-            if problem is not None:
-                self.call_from_thread(
-                    self.notify,
-                    f"--adapter {self.start_adapter}: {problem}; the base model is in use",
-                    severity="warning",
-                    timeout=15,
-                    markup=False,
-                )
+        if bench.start_adapter_problem is not None:
+            self.call_from_thread(
+                self.notify,
+                f"--adapter {bench.start_adapter}: {bench.start_adapter_problem}; "
+                "the base model is in use",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
         self.call_from_thread(self.model_ready, backend)
 
     def model_progress(self, line: str) -> None:
@@ -242,15 +173,14 @@ class ConsoleApp(App[None]):
         self.call_from_thread(self._show_loading, line)
 
     def _show_loading(self, line: str) -> None:
-        found = self.main.query(StatusBar)
-        if found and self.backend is None:
-            found.first().backend = f"loading model: {line}"
+        if self.workbench.backend is None:
+            self.main.show_model_state(loading=line)
 
     def model_ready(self, backend: Backend) -> None:
-        self.backend = backend
-        self.show_model_state()
-        if self.start_task is not None:
-            self.main.start_session(self.start_task)
+        self.workbench.model_ready(backend)
+        self.main.show_model_state()
+        if self.workbench.start_task is not None:
+            self.main.start_session(self.workbench.start_task)
         else:
             self.offer_starter(backend)
 
@@ -277,7 +207,7 @@ class ConsoleApp(App[None]):
             return
         if Path(adapter.base_model).resolve() != Path(backend.model).resolve():
             return
-        from app.screens.jobs import ConfirmScreen
+        from app.dialogs import ConfirmScreen
 
         self.push_screen(
             ConfirmScreen(
@@ -290,19 +220,14 @@ class ConsoleApp(App[None]):
         )
 
     def model_failed(self, reason: str) -> None:
-        self.model_problem = reason
-        self.show_model_state()
+        self.workbench.model_failed(reason)
+        self.main.show_model_state()
         self.notify(
             f"no model: {reason}. Browsing, labelling and training still work.",
             severity="warning",
             timeout=15,
             markup=False,
         )
-
-    def no_model_reason(self) -> str:
-        if self.model_problem is not None:
-            return f"no model: {self.model_problem}"
-        return "the model is still loading: wait for it in the status bar"
 
     def apply_theme(self) -> None:
         themes, problems = load_themes()
@@ -344,18 +269,14 @@ class ConsoleApp(App[None]):
 
     # -- training and adapters ------------------------------------------------------------
 
-    @property
-    def comparing(self) -> bool:
-        """An A/B comparison holds the model: no other session may sample from it."""
-        return self.comparison is not None and self.comparison.running.is_set()
-
     def action_train(self, kind: str = "sft") -> None:
         """The confirm dialog; confirming queues the job in a worker process."""
         from agents.backends import default_model
         from agents.settings import data_dir
         from app.screens.train_confirm import TrainConfirmScreen
 
-        base = self.backend.model if self.backend is not None else self.settings.model
+        backend = self.workbench.backend
+        base = backend.model if backend is not None else self.settings.model
         dialog = TrainConfirmScreen(
             self.store,
             kind=kind,
@@ -389,30 +310,21 @@ class ConsoleApp(App[None]):
         self.push_screen(BatchesScreen(self.store), opened)
 
     def action_use_adapter(self) -> None:
-        from app.screens.jobs import AdapterPicker
+        from app.dialogs import AdapterPicker
 
-        if self.backend is None:
-            self.notify(self.no_model_reason(), severity="warning", markup=False)
+        backend = self.workbench.backend
+        if backend is None:
+            self.notify(self.workbench.no_model_reason(), severity="warning", markup=False)
             return
-        picker = AdapterPicker(self.store, "Use adapter", self.backend.active_adapter)
+        picker = AdapterPicker(self.store, "Use adapter", backend.active_adapter)
         self.push_screen(picker, lambda name: self.switch_adapter(name) if name else None)
 
     def action_base_model(self) -> None:
         self.switch_adapter(None)
 
-    def adapter_busy(self) -> str | None:
-        """Why the adapter cannot change now (a session samples from the model)."""
-        if self.backend is None:
-            return self.no_model_reason()
-        if self.main.live is not None:
-            return "a session is running: stop it (x) before switching the adapter"
-        if self.comparing:
-            return "an A/B comparison is running: wait for it or stop it"
-        return None
-
     def switch_adapter(self, name: str | None) -> None:
         """Use the registered adapter `name` (None: the base model), loading it first."""
-        busy = self.adapter_busy()
+        busy = self.workbench.adapter_busy()
         if busy is not None:
             self.notify(busy, severity="warning", markup=False)
             return
@@ -421,39 +333,23 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="adapter",
           name="loading the adapter")  # fmt: skip
     def load_adapter(self, name: str | None) -> None:
-        backend = self.backend
+        backend = self.workbench.backend
         if backend is None:
             return
-        problem = self.apply_adapter(backend, name)
+        problem = self.workbench.apply_adapter(backend, name)
         if problem is not None:
             self.call_from_thread(self.notify, problem, severity="error", markup=False)
             return
         self.call_from_thread(self.adapter_ready, name)
 
-    def apply_adapter(self, backend: Backend, name: str | None) -> str | None:
-        """Load (once) and use the registered adapter `name`; the problem, or None.
-        Slow for a real model: from a worker."""
-        from agents.backends import BackendError
-        from storage import NotFoundError
-
-        try:
-            if name is not None and name not in backend.adapters():
-                backend.load_adapter(name, self.store.get_adapter(name).path)
-            backend.use_adapter(name)
-        except (BackendError, NotFoundError) as exc:
-            return str(exc)
-        return None
+    def on_use_adapter(self, message: UseAdapter) -> None:
+        """A screen asks for an adapter (the jobs screen's "load")."""
+        self.switch_adapter(message.name)
 
     def adapter_ready(self, name: str | None) -> None:
-        self.show_model_state()
+        self.main.show_model_state()
         self.notify(f"adapter {name} in use" if name else "the base model is in use", markup=False)
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            # Database errors carry the SQL and its parameters: the first line says enough.
-            cause = getattr(event.worker.error, "orig", None) or event.worker.error
-            reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-            self.notify(
-                f"{event.worker.name} failed: {reason}", severity="error", timeout=10, markup=False
-            )
+        shared.report_failure(self, event)

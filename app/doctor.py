@@ -55,7 +55,7 @@ def run_doctor(settings: Settings) -> int:
             print(line(ok, "model", f"{kind} backend, {detail}", "make install"))
     else:
         from agents.backends import BackendError
-        from agents.serving import check_model_available
+        from agents.backends.serving import check_model_available
 
         try:
             check_model_available(model)

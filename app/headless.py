@@ -27,8 +27,9 @@ from agents.events import (
     SessionStarted,
     StatusChanged,
 )
+from agents.runtime import session_options
 from app import exit_codes
-from app.common import open_model, open_store, refuse_without_sandbox, session_options
+from app.common import open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
 from storage import Author, EvaluationKind, NodeStatus
 

@@ -18,8 +18,8 @@ from agents.backends import Backend
 from agents.events import RuntimeEvent
 from agents.runtime import Outcome, RunOptions, Runtime
 from agents.tasks import Task
+from agents.workbench import RunningSessions
 from app.messages import ApprovalRequested, live_message
-from app.signals import RunningSessions
 from storage import TraceStore
 
 

@@ -6,6 +6,9 @@ came from, and `ApprovalRequested` carrying the request whose Future the operato
 decision resolves. A screen handles the kinds it shows with `on_live_...` methods, or all
 of them with `@on(LiveEvent)`. They don't bubble: they are for the screen that runs the
 session.
+
+`UseAdapter` is a screen asking the console to switch the model's adapter; it bubbles up
+to the app.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ from agents.events import (
 
 if TYPE_CHECKING:
     from agents.approval import ApprovalRequest
-    from app.live import LiveSession
+    from agents.workbench import LiveRun
 
 
 @dataclass
 class LiveEvent(Message, bubble=False):
     """A runtime event from `live`'s session."""
 
-    live: LiveSession
+    live: LiveRun
     event: RuntimeEvent
 
 
@@ -100,8 +103,15 @@ class LiveBlockSampled(LiveEvent, bubble=False):
 class ApprovalRequested(Message, bubble=False):
     """`live`'s agent waits for the operator to decide on `request`."""
 
-    live: LiveSession
+    live: LiveRun
     request: ApprovalRequest
+
+
+@dataclass
+class UseAdapter(Message):
+    """Switch the model to the registered adapter `name` (None: the base model)."""
+
+    name: str | None
 
 
 _MESSAGES: dict[type[RuntimeEvent], type[LiveEvent]] = {
@@ -118,7 +128,7 @@ _MESSAGES: dict[type[RuntimeEvent], type[LiveEvent]] = {
 }
 
 
-def live_message(live: LiveSession, event: RuntimeEvent) -> LiveEvent:
+def live_message(live: LiveRun, event: RuntimeEvent) -> LiveEvent:
     """The message for `event` (an event's subclass, such as `MemoryOff`, gets its base
     kind's message; an unknown kind the plain `LiveEvent`)."""
     for kind in type(event).__mro__:

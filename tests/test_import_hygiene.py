@@ -16,7 +16,7 @@ HEAVY = ("textual", "torch", "transformers", "vllm", "openai", "peft")
 # The runtime, the sandbox and the headless entry point (`--query`) are covered too.
 PROBE = """
 import json, sys, tempfile, pathlib
-import agents, training, storage, storage.store, agents.settings, agents.serving
+import agents, training, storage, storage.store, agents.settings, agents.backends.serving
 import agents.backends, agents.backends.transformers_backend, agents.backends.openai_backend
 import agents.backends.vllm_backend, agents.backends.lora
 import agents.blocks, agents.ranking, agents.approval, agents.runtime, agents.sandbox

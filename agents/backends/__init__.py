@@ -56,7 +56,7 @@ def model_or_default(named: str, progress: Progress | None = None) -> str:
 def resolve(settings: Settings) -> tuple[str, str, str]:
     """(backend, base URL, model) the settings ask for: `auto` resolved, and a server
     that `agent-console serve` announced used when no URL is given."""
-    from agents.serving import read_server_file
+    from agents.backends.serving import read_server_file
     from agents.settings import data_dir
 
     url, model = settings.base_url.strip(), settings.model.strip()

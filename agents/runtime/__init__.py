@@ -27,7 +27,13 @@ from agents.events import Listener, RuntimeEvent
 from agents.runtime.context import CONTEXT_MARGIN
 from agents.runtime.gate import OPERATOR_CONTEXT_CHARS
 from agents.runtime.loop import Outcome, Runtime
-from agents.runtime.options import EXAMPLE_CONTEXT, TOY_PARAMETERS, RunOptions, auto_defaults
+from agents.runtime.options import (
+    EXAMPLE_CONTEXT,
+    TOY_PARAMETERS,
+    RunOptions,
+    auto_defaults,
+    session_options,
+)
 from agents.runtime.recall import MEMORY_SYNC_SECONDS
 from agents.runtime.results import RUNTIME_TEXT_CHARS, clip
 from agents.runtime.sampling import NO_REPEAT_TOKENS, STREAM_EVERY, STREAM_TEXT_CHARS
@@ -56,6 +62,7 @@ __all__ = [
     "RuntimeEvent",
     "auto_defaults",
     "clip",
+    "session_options",
     "session_solved",
     "task_from_snapshot",
     "task_snapshot",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.settings import Settings
+    from agents.tasks import Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +106,15 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
         "example": backend.context_length >= EXAMPLE_CONTEXT,
         "constrain": "grammar" in getattr(backend, "features", frozenset()),
     }
+
+
+def session_options(
+    settings: Settings, backend: Backend | None, task: Task, **overrides: Any
+) -> RunOptions:
+    """The options a session of `task` runs with: the settings, the defaults for `backend`
+    where they leave a choice open (`RunOptions.from_settings`), and the task's own tick
+    limit where it is lower. `--query`, the console's live session and its A/B all build
+    theirs here, so one setting means the same run everywhere; what a caller changes on
+    purpose (the A/B: approval auto, one seed for both sides, no memory) is `overrides`."""
+    max_ticks = min(settings.max_ticks, task.max_ticks or settings.max_ticks)
+    return RunOptions.from_settings(settings, backend, **{"max_ticks": max_ticks, **overrides})

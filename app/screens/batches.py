@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -25,6 +25,7 @@ from textual.worker import Worker
 from agents.batch import Summary, by_adapter, describe_counts, spec_name, summarize
 from app.actions import BATCHES_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.shared import report_failure
 from storage import (
     Batch,
     BatchStatus,
@@ -33,9 +34,6 @@ from storage import (
     NodeStatus,
     TraceStore,
 )
-
-if TYPE_CHECKING:
-    from app.console import ConsoleApp
 
 #: How often the batches and the highlighted batch's tasks are read (seconds).
 POLL_EVERY = 1.0
@@ -233,13 +231,6 @@ class BatchesScreen(Screen[tuple[int, int] | None]):
         self.polling = False
         self.loaded = False
 
-    @property
-    def console(self) -> ConsoleApp:
-        from app.console import ConsoleApp
-
-        assert isinstance(self.app, ConsoleApp)
-        return self.app
-
     def compose(self) -> ComposeResult:
         batches: DataTable[Text | str] = DataTable(
             id="batches-table", cursor_type="row", zebra_stripes=True
@@ -301,7 +292,7 @@ class BatchesScreen(Screen[tuple[int, int] | None]):
     def worker_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "batches-poll" and event.worker.is_finished:
             self.polling = False
-        self.console.report_failure(event)
+        report_failure(self, event)
 
     # -- showing (UI thread) ----------------------------------------------------------------
 

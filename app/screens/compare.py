@@ -1,25 +1,22 @@
 """A/B: the same task run twice, headless, once on the base model and once with an
 adapter, side by side; then which side the evaluation callbacks and the logit evaluator
-prefer.
+prefer (`training.ab`).
 
-Both sides share the console's one model. A backend has one active adapter, so each side
-talks to it through `PinnedAdapter`, which switches the side's own adapter in for each
-call under a lock the two sides share (and puts the previous one back): the two sessions
-run at the same time, interleaved call by call, and every call sees its side's adapter.
-The main screen starts no session of its own while a comparison runs (it would sample
-with whatever adapter a side had switched in), and a comparison does not start while one
-runs. Both sessions are ordinary sessions in the store, their `adapter` field set, so they
-can be labelled later like any other.
+Both sides share the console's one model, each through `PinnedAdapter`
+(`agents.backends.pinned`): the two sessions run at the same time, interleaved call by
+call, and every call sees its side's adapter. While a comparison runs it holds the model
+(`Workbench.hold_model`): the main screen starts no session of its own (it would sample
+with whatever adapter a side had switched in), and no other comparison starts. Both
+sessions are ordinary sessions in the store, their `adapter` field set, so they can be
+labelled later like any other.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -30,201 +27,23 @@ from textual.screen import Screen
 from textual.widgets import Footer, RichLog, Static
 from textual.worker import Worker, WorkerState
 
-from agents.backends.base import AdapterError, Backend, Candidate, Prompt
+from agents.backends.pinned import PinnedAdapter
 from agents.events import NodeChanged, SessionStarted, StatusChanged
 from app.actions import COMPARE_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.dialogs import pick_adapter_then
 from app.messages import LiveEvent
-from storage import Author, EvaluationKind, NodeStatus, SessionStatus, TraceStore
-from training.rules import evaluation_passed
+from app.shared import report_failure, workbench
+from app.text import first_line
+from storage import Author, TraceStore
+from training.ab import BASE, TUNED, SideSummary, Verdict, judge, resolve_task, summarize
 
 if TYPE_CHECKING:
     from agents.runtime import Outcome
-    from agents.settings import Settings
     from agents.tasks import Task
-    from app.console import ConsoleApp
+    from agents.workbench import Workbench
     from app.live import LiveSession
-    from app.screens.main import MainScreen
-
-T = TypeVar("T")
-
-BASE = "base"
-TUNED = "adapter"
-#: Blocks not on the path: they were sampled but another candidate was taken.
-OFF_PATH = frozenset({NodeStatus.ALTERNATE, NodeStatus.PROPOSED})
-
-
-# -- the headless part: one backend, two adapters --------------------------------------------
-
-
-class PinnedAdapter(Backend):
-    """`inner` with `adapter` (None: the base model) in use for every call made through
-    it. The switch and the call happen under `lock`, shared by every side of a comparison,
-    so sides running at once never sample with each other's adapter."""
-
-    def __init__(self, inner: Backend, adapter: str | None, lock: threading.Lock) -> None:
-        self.inner = inner
-        self.adapter = adapter
-        self.lock = lock
-        self.name = inner.name
-        self.model = inner.model
-        self.features = inner.features
-        self.device = inner.device
-        self.parameters = inner.parameters
-
-    def _pinned(self, call: Callable[[], T]) -> T:
-        with self.lock:
-            previous = self.inner.active_adapter
-            if previous != self.adapter:
-                self.inner.use_adapter(self.adapter)
-            try:
-                return call()
-            finally:
-                if self.inner.active_adapter != previous:
-                    self.inner.use_adapter(previous)
-
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        n: int = 1,
-        max_tokens: int = 256,
-        stop: Sequence[str] = (),
-        temperature: float = 1.0,
-        seed: int | None = None,
-        on_token: Callable[[int, str], None] | None = None,
-        grammar: str | None = None,
-        no_repeat: int = 0,
-    ) -> list[Candidate]:
-        return self._pinned(
-            lambda: self.inner.generate(
-                prompt,
-                n=n,
-                max_tokens=max_tokens,
-                stop=stop,
-                temperature=temperature,
-                seed=seed,
-                on_token=on_token,
-                grammar=grammar,
-                no_repeat=no_repeat,
-            )
-        )
-
-    def score_yes_no(self, prompts: Sequence[str]) -> list[float]:
-        return self._pinned(lambda: self.inner.score_yes_no(prompts))
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.inner.tokenize(text)
-
-    def render_chat(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
-    ) -> str:
-        return self.inner.render_chat(messages, add_generation_prompt=add_generation_prompt)
-
-    @property
-    def context_length(self) -> int:
-        return self.inner.context_length
-
-    def load_adapter(self, name: str, path: str) -> None:
-        raise AdapterError("a comparison side's adapter is fixed for the run")
-
-    def use_adapter(self, name: str | None) -> None:
-        if name != self.adapter:
-            raise AdapterError("a comparison side's adapter is fixed for the run")
-
-    def adapters(self) -> list[str]:
-        return self.inner.adapters()
-
-    @property
-    def active_adapter(self) -> str | None:
-        return self.adapter
-
-    def close(self) -> None:
-        """The console's model outlives the comparison: nothing to release."""
-
-
-@dataclass(frozen=True, slots=True)
-class SideSummary:
-    """What one side's session came to."""
-
-    session_id: int
-    adapter: str | None
-    status: SessionStatus
-    callbacks_passed: int
-    callbacks_total: int
-    #: the logit evaluator's mean log-odds over the blocks the model wrote on the path
-    mean_log_odds: float | None
-    blocks: int
-
-    @property
-    def pass_rate(self) -> float | None:
-        return self.callbacks_passed / self.callbacks_total if self.callbacks_total else None
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Which side each judge prefers (BASE, TUNED, or None for no preference)."""
-
-    callbacks: str | None
-    evaluator: str | None
-    overall: str | None
-
-
-def summarize(store: TraceStore, session_id: int) -> SideSummary:
-    """A side's evaluation-callback results and mean evaluator log-odds, from the store."""
-    session = store.get_session(session_id)
-    nodes = store.tree(session_id)
-    results = [
-        r for r in store.evaluations_for([n.id for n in nodes]) if r.kind is EvaluationKind.CALLBACK
-    ]
-    odds = [
-        float(n.score_parts["evaluator"])
-        for n in nodes
-        if n.author is Author.MODEL
-        and n.status not in OFF_PATH
-        and isinstance(n.score_parts.get("evaluator"), int | float)
-        and math.isfinite(n.score_parts["evaluator"])
-    ]
-    return SideSummary(
-        session_id=session_id,
-        adapter=session.adapter,
-        status=session.status,
-        callbacks_passed=sum(1 for r in results if evaluation_passed(r)),
-        callbacks_total=len(results),
-        mean_log_odds=sum(odds) / len(odds) if odds else None,
-        blocks=len(odds),
-    )
-
-
-def prefer(base: float | None, tuned: float | None) -> str | None:
-    if base is None or tuned is None or math.isclose(base, tuned, abs_tol=1e-9):
-        return None
-    return TUNED if tuned > base else BASE
-
-
-def judge(base: SideSummary, tuned: SideSummary) -> Verdict:
-    """The callbacks decide; where they don't (a tie, or none ran), the evaluator does."""
-    callbacks = prefer(base.pass_rate, tuned.pass_rate)
-    evaluator = prefer(base.mean_log_odds, tuned.mean_log_odds)
-    return Verdict(callbacks, evaluator, callbacks or evaluator)
-
-
-def resolve_task(settings_snapshot: dict[str, object], task_text: str) -> Task:
-    """The task a stored session ran: a shipped or file task is loaded again (with its
-    files); otherwise rebuilt from the snapshot, or from the session's text."""
-    from agents.runtime import task_from_snapshot
-    from agents.tasks import TaskError, load_task, prompt_task
-
-    snapshot = settings_snapshot.get("task")
-    if isinstance(snapshot, dict) and snapshot.get("prompt"):
-        source = str(snapshot.get("source") or "")
-        if source.startswith("builtin:") or source.endswith((".toml", ".py")):
-            try:
-                return load_task(source)
-            except TaskError:
-                pass
-        return task_from_snapshot(snapshot)
-    return prompt_task(task_text)
+    from app.widgets.trace_tree import TraceTree
 
 
 # -- the screen -------------------------------------------------------------------------------
@@ -271,11 +90,8 @@ class CompareScreen(Screen[None]):
         self.stopping = False
 
     @property
-    def console(self) -> ConsoleApp:
-        from app.console import ConsoleApp
-
-        assert isinstance(self.app, ConsoleApp)
-        return self.app
+    def bench(self) -> Workbench:
+        return workbench(self)
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -292,7 +108,7 @@ class CompareScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.running.set()
-        self.console.comparison = self
+        self.bench.hold_model(self.running)
         self.prepare()
 
     # -- running -------------------------------------------------------------------------
@@ -310,17 +126,13 @@ class CompareScreen(Screen[None]):
         self.app.call_from_thread(self.start_sides, sides)
 
     def make_sides(self) -> dict[str, Side]:
-        from app.common import session_options
+        from agents.runtime import session_options
         from app.live import LiveSession
 
-        console = self.console
-        backend = console.backend
-        if backend is None:
-            raise RuntimeError(console.no_model_reason())
-        if self.adapter not in backend.adapters():
-            record = self.store.get_adapter(self.adapter)
-            backend.load_adapter(self.adapter, record.path)
-        settings: Settings = console.settings
+        bench = self.bench
+        backend = bench.require_model()
+        bench.ensure_adapter(backend, self.adapter)
+        settings = bench.settings
         options = session_options(
             settings,
             backend,
@@ -363,7 +175,7 @@ class CompareScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="compare-side", name="a comparison side")
     def run_side(self, side: Side) -> None:
         try:
-            side.outcome = side.live.run(self.console.sessions)
+            side.outcome = side.live.run(self.bench.sessions)
         finally:
             # Here, not in a message handler: a screen left mid-run gets no more messages,
             # and the console must not stay locked against new sessions.
@@ -399,7 +211,7 @@ class CompareScreen(Screen[None]):
     def worker_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state is WorkerState.ERROR and worker.error is not None:
-            self.console.report_failure(event)
+            report_failure(self, event)
             if worker.group == "compare-prepare":
                 self.failed = str(worker.error)
                 self.running.clear()
@@ -478,14 +290,13 @@ class CompareScreen(Screen[None]):
 # -- starting, from the main screen ----------------------------------------------------------
 
 
-def current_task(main: MainScreen) -> Task | None:
+def current_task(bench: Workbench, tree: TraceTree) -> Task | None:
     """The task to compare on: the live session's, else the task of the session the tree's
     cursor is in, else the one the console was started with."""
-    from app.widgets.trace_tree import SessionEntry, TraceTree
+    from app.widgets.trace_tree import SessionEntry
 
-    if main.live is not None:
-        return main.live.task
-    tree = main.query_one(TraceTree)
+    if bench.live is not None:
+        return bench.live.task
     node = tree.cursor_node
     if node is not None:
         entry = node.data
@@ -495,82 +306,56 @@ def current_task(main: MainScreen) -> Task | None:
             session = entry.session
         if session is not None and session.task.strip():
             return resolve_task(session.settings, session.task)
-    return main.console.start_task
+    return bench.start_task
 
 
-def start_held_out(main: MainScreen) -> None:
+def start_held_out(origin: Screen[None], tree: TraceTree) -> None:
     """Pick the adapter, then run the held-out set with it and with the base."""
-    from app.screens.held_out import HeldOutScreen, held_out_variants
+    from app.screens.held_out import HeldOutScreen
+    from training.ab import held_out_variants
 
-    console = main.console
-    problem = console.adapter_busy() or (
-        "a session is running: stop it (x) first" if main.live is not None else None
-    )
+    bench = workbench(origin)
+    problem = bench.adapter_busy()
     if problem is not None:
-        main.notify(problem, severity="warning", markup=False)
+        origin.notify(problem, severity="warning", markup=False)
         return
 
     pick_adapter_then(
-        main,
+        origin,
         "A/B on the held-out set: base model vs which adapter?",
-        lambda adapter: HeldOutScreen(main.store, adapter, held_out_variants()),
+        lambda adapter: HeldOutScreen(bench.store, adapter, held_out_variants()),
     )
 
 
-def pick_adapter_then(main: MainScreen, title: str, screen: Callable[[str], Screen[None]]) -> None:
-    """The adapter picker; the adapter picked opens `screen(adapter)` if the model is free."""
-    from app.screens.jobs import AdapterPicker
-
-    console = main.console
-
-    def picked(adapter: str | None) -> None:
-        if adapter is None:
-            return
-        again = console.adapter_busy()
-        if again is not None:
-            main.notify(again, severity="warning", markup=False)
-            return
-        console.push_screen(screen(adapter))
-
-    console.push_screen(AdapterPicker(main.store, title), picked)
-
-
-def start_comparison(main: MainScreen) -> None:
-    """Pick the adapter, then open the comparison; or say why it cannot start."""
+def start_comparison(origin: Screen[None], tree: TraceTree) -> None:
+    """Pick the adapter, then open the comparison on the task of the session at the tree's
+    cursor; or say why it cannot start."""
     from agents.tasks import TaskError
 
-    console = main.console
-    problem = console.adapter_busy()
+    bench = workbench(origin)
+    problem = bench.adapter_busy()
     if problem is not None:
-        main.notify(problem, severity="warning", markup=False)
+        origin.notify(problem, severity="warning", markup=False)
         return
     try:
-        task = current_task(main)
+        task = current_task(bench, tree)
     except TaskError as exc:
-        main.notify(str(exc), severity="error", markup=False)
+        origin.notify(str(exc), severity="error", markup=False)
         return
     if task is None:
-        main.notify(
+        origin.notify(
             "select a session in the tree: its task is the one compared", severity="warning"
         )
         return
 
     pick_adapter_then(
-        main,
+        origin,
         f"A/B: base model vs which adapter? · {task.title or task.name}",
-        lambda adapter: CompareScreen(main.store, task, adapter),
+        lambda adapter: CompareScreen(bench.store, task, adapter),
     )
 
 
 # -- rendering -------------------------------------------------------------------------------
-
-
-def first_line(text: str, limit: int = 60) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            flat = line.strip()
-            return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return ""
 
 
 def side_head(side: Side, status: object) -> Text:

@@ -1,15 +1,11 @@
 """A/B on a held-out set: the base model and an adapter, each alone on the same held-out
 variants of the task families (same seeds), one session after another, with the share of
-variants each solved and its 95% interval.
-
-The variants are the first `PER_FAMILY` held-out seeds of every family
-(`agents.families.split`): never one a teaching script was given. Sessions run with approval
-`auto`, no memory and `TICKS` ticks, as `bench/learning.py` measures; they stay in the store.
+variants each solved and its 95% interval. The set and the runs are `training.ab`'s
+(`held_out_variants`, `run_held_out`); the sessions stay in the store.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -24,25 +20,15 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from agents.batch import wilson
-from agents.families import Variant, family_names, split, variant
 from app.actions import HELD_OUT_ACTIONS, bindings
-from app.screens.compare import BASE, TUNED, PinnedAdapter
+from app.shared import report_failure, workbench
 from storage import TraceStore
+from training.ab import BASE, TUNED, run_held_out
 
 if TYPE_CHECKING:
+    from agents.families import Variant
     from agents.runtime import Runtime
-    from app.console import ConsoleApp
-
-#: held-out variants per family
-PER_FAMILY = 3
-#: ticks per session: does the agent solve it at its first try
-TICKS = 1
-
-
-def held_out_variants(per_family: int = PER_FAMILY) -> list[Variant]:
-    """The first `per_family` held-out variants of each family, families in turn."""
-    seeds = {family: split(family)[1][:per_family] for family in family_names()}
-    return [variant(f, seeds[f][i]) for i in range(per_family) for f in seeds]
+    from agents.workbench import Workbench
 
 
 def rate_text(name: str, results: list[bool]) -> Text:
@@ -78,11 +64,8 @@ class HeldOutScreen(Screen[None]):
         self.current: Runtime | None = None
 
     @property
-    def console(self) -> ConsoleApp:
-        from app.console import ConsoleApp
-
-        assert isinstance(self.app, ConsoleApp)
-        return self.app
+    def bench(self) -> Workbench:
+        return workbench(self)
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -103,55 +86,29 @@ class HeldOutScreen(Screen[None]):
             table.add_row(row.variant.task.name, row.variant.task.title, "…", "…")
         self.show_rates()
         self.running.set()
-        self.console.comparison = self
+        self.bench.hold_model(self.running)
         self.run_set()
 
     # -- running ---------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="held-out", name="held-out set")
     def run_set(self) -> None:
-        from agents.runtime import Runtime as Session
-        from agents.runtime import session_solved
-        from app.common import session_options
+        def solved(index: int, key: str, result: bool) -> None:
+            self.rows[index].results[key] = result
+            self.app.call_from_thread(self.show_row, index)
+
+        def running(runtime: Runtime | None) -> None:
+            self.current = runtime
 
         try:
-            console = self.console
-            backend = console.backend
-            if backend is None:
-                raise RuntimeError(console.no_model_reason())
-            if self.adapter not in backend.adapters():
-                record = self.store.get_adapter(self.adapter)
-                backend.load_adapter(self.adapter, record.path)
-            lock = threading.Lock()
-            seed = random.randrange(1 << 30)
-            for index, row in enumerate(self.rows):
-                for key, adapter in ((BASE, None), (TUNED, self.adapter)):
-                    if self.stopping.is_set():
-                        return
-                    options = session_options(
-                        console.settings,
-                        backend,
-                        row.variant.task,
-                        approval="auto",
-                        seed=seed + index,  # the same for both sides
-                        memory=False,
-                        max_ticks=TICKS,
-                    )
-                    runtime = Session(
-                        self.store,
-                        PinnedAdapter(backend, adapter, lock),
-                        row.variant.task,
-                        options,
-                        sessions_dir=console.settings.sessions_dir(),
-                    )
-                    self.current = runtime
-                    with console.sessions.running(runtime) as may_run:
-                        outcome = runtime.run() if may_run else None
-                    self.current = None
-                    if outcome is None or self.stopping.is_set():  # cut short: not a result
-                        return
-                    row.results[key] = session_solved(self.store, outcome.session_id)
-                    self.app.call_from_thread(self.show_row, index)
+            run_held_out(
+                self.bench,
+                self.adapter,
+                self.variants,
+                stopping=self.stopping,
+                solved=solved,
+                running=running,
+            )
         finally:
             self.running.clear()
 
@@ -184,7 +141,7 @@ class HeldOutScreen(Screen[None]):
             return
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             self.failed = str(event.worker.error)
-            self.console.report_failure(event)
+            report_failure(self, event)
         if event.worker.is_finished and self.is_attached:
             self.show_rates()
             self.refresh_bindings()

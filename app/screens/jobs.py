@@ -5,9 +5,6 @@ The worker process and the console share nothing but the store: the worker write
 `job_event` rows (training/jobs.py lists their kinds) and this screen polls them, each
 job's events after the last one it has read, in a thread worker. The same poll reaps
 jobs whose worker died without a word (SIGKILL, OOM), so they show as failed.
-
-Also here: the two small modals the training commands share, a yes/no confirmation and
-the adapter picker.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -23,14 +20,16 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Log, OptionList, Sparkline, Static
-from textual.widgets.option_list import Option
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 from textual.worker import Worker
 
-from app.actions import ADAPTER_PICKER_ACTIONS, CONFIRM_ACTIONS, JOBS_ACTIONS, bindings, palette
+from app.actions import JOBS_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
-from storage import Adapter, Job, JobEvent, JobStatus, TraceStore
+from app.dialogs import ConfirmScreen
+from app.messages import UseAdapter
+from app.shared import report_failure, workbench
+from storage import Job, JobEvent, JobStatus, TraceStore
 from training.jobs import (
     ACTIVE,
     FINISHED,
@@ -44,9 +43,6 @@ from training.jobs import (
     reap_dead_jobs,
     resume_job,
 )
-
-if TYPE_CHECKING:
-    from app.console import ConsoleApp
 
 #: How often the jobs and their new events are read (seconds).
 POLL_EVERY = 0.5
@@ -182,13 +178,6 @@ class JobsScreen(Screen[None]):
         self.loaded = False
         self.offered: tuple[bool | None, ...] = ()
 
-    @property
-    def console(self) -> ConsoleApp:
-        from app.console import ConsoleApp
-
-        assert isinstance(self.app, ConsoleApp)
-        return self.app
-
     def compose(self) -> ComposeResult:
         table: DataTable[Text | str] = DataTable(
             id="jobs-table", cursor_type="row", zebra_stripes=True
@@ -241,7 +230,7 @@ class JobsScreen(Screen[None]):
     def worker_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "jobs-poll" and event.worker.is_finished:
             self.polling = False
-        self.console.report_failure(event)
+        report_failure(self, event)
 
     # -- showing (UI thread) ----------------------------------------------------------------
 
@@ -351,7 +340,7 @@ class JobsScreen(Screen[None]):
         if action == "load":
             if job is None or job.status is not JobStatus.COMPLETED:
                 return False
-            return True if self.console.backend is not None else None
+            return True if workbench(self).backend is not None else None
         return True
 
     def action_cancel(self) -> None:
@@ -404,7 +393,7 @@ class JobsScreen(Screen[None]):
         job = self.selected_job
         if job is None or job.status is not JobStatus.COMPLETED:
             return
-        self.console.switch_adapter(job.name)
+        self.post_message(UseAdapter(job.name))
 
     def action_back(self) -> None:
         self.dismiss(None)
@@ -456,92 +445,3 @@ def loss_title(losses: list[float]) -> str:
     if not losses:
         return "loss"
     return f"loss  {losses[0]:.3f} → {losses[-1]:.3f}  ({len(losses)} steps)"
-
-
-# -- the modals the training commands share ----------------------------------------------------
-
-
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question; dismissed with True for yes."""
-
-    CSS_PATH = "jobs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = bindings(CONFIRM_ACTIONS)
-
-    def __init__(self, question: str, detail: str = "") -> None:
-        super().__init__()
-        self.question = question
-        self.detail = detail
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
-            yield Static(Text(self.question, style="bold"), id="confirm-question")
-            if self.detail:
-                yield Static(Text(self.detail), id="confirm-detail")
-        yield Footer()
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
-
-
-class AdapterPicker(ModalScreen[str | None]):
-    """The registered adapters (read in a worker); enter picks one, escape none."""
-
-    CSS_PATH = "jobs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = bindings(ADAPTER_PICKER_ACTIONS)
-
-    def __init__(self, store: TraceStore, title: str, active: str | None = None) -> None:
-        super().__init__()
-        self.store = store
-        self.title_text = title
-        self.active = active
-        self.adapters: list[Adapter] = []
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="adapters-dialog") as dialog:
-            dialog.border_title = self.title_text
-            yield OptionList(id="adapters-list")
-            yield Static("reading the adapters…", id="adapters-message")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#adapters-list", OptionList).focus()
-        self.read_adapters()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="adapters",
-          name="reading the adapters")  # fmt: skip
-    def read_adapters(self) -> None:
-        adapters = self.store.list_adapters()
-        self.app.call_from_thread(self.show_adapters, adapters)
-
-    def show_adapters(self, adapters: list[Adapter]) -> None:
-        self.adapters = adapters
-        options = self.query_one("#adapters-list", OptionList)
-        options.clear_options()
-        for adapter in adapters:
-            line = Text(adapter.name, style="bold")
-            if adapter.name == self.active:
-                line.append("  (in use)", style="green")
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(adapter.created_at))
-            detail = f"  {adapter.base_model} · {when}"
-            if adapter.job_id is not None:
-                detail += f" · job {adapter.job_id}"
-            line.append(detail, style="dim")
-            options.add_option(Option(line, id=adapter.name))
-        message = self.query_one("#adapters-message", Static)
-        if adapters:
-            options.highlighted = 0
-            message.update(Text("enter picks, escape cancels", style="dim"))
-        else:
-            message.update(
-                Text(
-                    "no adapters yet: train one (T), or `agent-console train sft`",
-                    style="italic",
-                )
-            )
-
-    @on(OptionList.OptionSelected, "#adapters-list")
-    def picked(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

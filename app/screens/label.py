@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -26,8 +26,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from agents.workbench import SharedMemory, Workbench
 from app.actions import LABEL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.text import one_line
 from storage import (
     Author,
     EvaluationResult,
@@ -41,9 +43,6 @@ from storage import (
 )
 from training.queue import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
-
-if TYPE_CHECKING:
-    from app.console import SharedMemory
 
 EMPTY = "nothing left to label"
 #: Fetch the next page when the window holds this few items.
@@ -385,7 +384,8 @@ class LabelScreen(Screen[None]):
     @property
     def memory(self) -> SharedMemory | None:
         """The console's retrieval memory; the screen on its own (in a test host) has none."""
-        return getattr(self.app, "memory", None)
+        bench = getattr(self.app, "workbench", None)
+        return bench.memory if isinstance(bench, Workbench) else None
 
     def action_similar(self) -> None:
         from app.screens.similar import SimilarScreen
@@ -612,8 +612,3 @@ def evaluations_text(results: Iterable[EvaluationResult]) -> Text:
             text.append(result.name, style="bold")
             text.append(f"  {one_line(repr(result.result))}", style="dim")
     return text or Text("no evaluation callbacks ran this tick", style="dim italic")
-
-
-def one_line(text: str, limit: int = 100) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -38,6 +38,7 @@ from app.messages import (
     LiveStatusChanged,
     LiveStepWaiting,
 )
+from app.shared import report_failure, workbench
 from app.widgets.block_view import BlockView, Candidates
 from app.widgets.chat import ChatLog
 from app.widgets.inspector import Inspector
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from agents.memory import Hit
     from agents.runtime import Outcome
     from agents.tasks import Task
-    from app.console import ConsoleApp
+    from agents.workbench import Workbench
     from app.live import LiveSession
 
 #: How often the status bar checks whether a live agent has gone quiet (seconds).
@@ -123,11 +124,8 @@ class MainScreen(Screen[None]):
         self.block_highlighted: tuple[bool, bool] = (False, False)
 
     @property
-    def console(self) -> ConsoleApp:
-        from app.console import ConsoleApp
-
-        assert isinstance(self.app, ConsoleApp)
-        return self.app
+    def bench(self) -> Workbench:
+        return workbench(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -158,7 +156,7 @@ class MainScreen(Screen[None]):
         tree.focus()
         self.query_one(Inspector).show_tick(None, [], [])
         self.query_one(Candidates).show(None, [])
-        self.console.show_model_state()
+        self.show_model_state()
         self.load_sessions()
         self.set_interval(JOBS_EVERY, self.load_jobs)
         self.load_jobs()
@@ -168,6 +166,26 @@ class MainScreen(Screen[None]):
         # operator who is gone.
         if self.live is not None:
             self.live.stop()
+
+    def show_model_state(self, loading: str | None = None) -> None:
+        """The status bar's model part: the model and adapter in use, why there is none,
+        or the model's loading step (`loading`)."""
+        found = self.query(StatusBar)
+        if not found:
+            return
+        status = found.first()
+        bench = self.bench
+        status.policy = bench.settings.approval
+        backend = bench.backend
+        if backend is not None:
+            status.backend, status.model = backend.name, backend.model
+            status.adapter = backend.active_adapter or ""
+        elif bench.model_problem is not None:
+            status.backend = "no model"
+        elif loading is not None:
+            status.backend = f"loading model: {loading}"
+        else:
+            status.backend = "loading model…"
 
     # -- reading the store -------------------------------------------------------------
 
@@ -288,26 +306,17 @@ class MainScreen(Screen[None]):
         self.start_session(task)
 
     def start_session(self, task: Task) -> None:
-        backend = self.console.backend
-        if self.live is not None:
-            self.notify(
-                "a session is running: stop it (x) before starting another",
-                severity="warning",
-                markup=False,
-            )
+        bench = self.bench
+        refusal = bench.session_refusal()
+        if refusal is not None:
+            self.notify(refusal, severity="warning", markup=False)
             return
-        if backend is None:
-            self.notify(self.console.no_model_reason(), severity="warning", markup=False)
-            return
-        if self.console.comparing:
-            self.notify("an A/B comparison is using the model: wait for it", markup=False)
-            return
-        from app.common import session_options
+        from agents.runtime import session_options
         from app.live import LiveSession
 
-        settings = self.console.settings
+        backend, settings = bench.require_model(), bench.settings
         options = session_options(settings, backend, task)  # as `--query` builds them
-        self.live = LiveSession(
+        self.live = bench.live = LiveSession(
             self.store, backend, task, options, sessions_dir=settings.sessions_dir(), target=self
         )
         status = self.query_one(StatusBar)
@@ -324,7 +333,7 @@ class MainScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="session")
     def run_session(self, live: LiveSession) -> Outcome | None:
-        return live.run(self.console.sessions)
+        return live.run(self.bench.sessions)
 
     # -- what the live session reports (messages from its thread) ---------------------------
 
@@ -480,13 +489,13 @@ class MainScreen(Screen[None]):
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
         # Worker.StateChanged does not bubble: the app's reporter sees only its own workers.
-        self.console.report_failure(event)
+        report_failure(self, event)
 
     @on(Worker.StateChanged)
     def session_ended(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "session" or not event.worker.is_finished:
             return
-        self.live = None
+        self.live = self.bench.live = None
         if self._working is not None:
             self._working.stop()
             self._working = None
@@ -522,7 +531,7 @@ class MainScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("step", "step_tick") and self.live is None:
-            return self.console.backend is not None  # arms step mode for the next session
+            return self.bench.backend is not None  # arms step mode for the next session
         if action in LIVE_ACTIONS:
             return self.live is not None
         if action in ("label_good", "label_bad"):
@@ -532,7 +541,7 @@ class MainScreen(Screen[None]):
         if action == "similar":
             return self._selected_label() is not None
         if action == "compare":
-            if self.console.backend is None:
+            if self.bench.backend is None:
                 return False  # no model, no comparison: off the footer
             return self.live is None or None
         return True
@@ -588,12 +597,12 @@ class MainScreen(Screen[None]):
     def action_compare_held_out(self) -> None:
         from app.screens.compare import start_held_out
 
-        start_held_out(self)
+        start_held_out(self, self.query_one(TraceTree))
 
     def action_compare(self) -> None:
         from app.screens.compare import start_comparison
 
-        start_comparison(self)
+        start_comparison(self, self.query_one(TraceTree))
 
     def action_last(self) -> None:
         self.query_one(TraceTree).action_last()
@@ -601,7 +610,7 @@ class MainScreen(Screen[None]):
     def action_search(self) -> None:
         from app.screens.search import SearchScreen
 
-        self.app.push_screen(SearchScreen(self.store, self.console.memory), self.jump_to_hit)
+        self.app.push_screen(SearchScreen(self.store, self.bench.memory), self.jump_to_hit)
 
     def jump_to_hit(self, hit: Hit | None) -> None:
         if hit is not None:
@@ -614,7 +623,7 @@ class MainScreen(Screen[None]):
         if label is None:
             self.notify("select a labelled block first", severity="warning", markup=False)
             return
-        screen = SimilarScreen(self.store, self.console.memory, label)
+        screen = SimilarScreen(self.store, self.bench.memory, label)
         self.app.push_screen(screen, self.labels_changed)
 
     def action_label(self) -> None:
@@ -634,8 +643,8 @@ class MainScreen(Screen[None]):
             self.live.runtime.post_message(text)
             chat.say("you", text, style="cyan")
             return
-        if self.console.backend is None:
-            self.notify(self.console.no_model_reason(), severity="warning", markup=False)
+        if self.bench.backend is None:
+            self.notify(self.bench.no_model_reason(), severity="warning", markup=False)
             return
         from agents.tasks import prompt_task
 

@@ -24,11 +24,12 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from app.actions import SEARCH_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.text import first_line, fit
 from storage import Session, TraceStore
 
 if TYPE_CHECKING:
     from agents.memory import Hit
-    from app.console import SharedMemory
+    from agents.workbench import SharedMemory
 
 #: The most results a search shows.
 SEARCH_LIMIT = 30
@@ -228,19 +229,11 @@ def label_mark(label: str | None) -> Text:
     return Text(" ")
 
 
-def first_line(text: str, width: int = PREVIEW) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= width else line[: width - 1] + "…"
-    return ""
-
-
 def session_title(session: Session | None, width: int = TITLE_WIDTH) -> str:
     if session is None:
         return ""
     title = session.title or first_line(session.task, width)
-    return title if len(title) <= width else title[: width - 1] + "…"
+    return fit(title, width)
 
 
 def result_line(hit: Hit, sessions: Mapping[int, Session]) -> Text:
@@ -256,5 +249,5 @@ def result_line(hit: Hit, sessions: Mapping[int, Session]) -> Text:
         ("  ·  ", "dim"),
         (f"#{hit.node_id} {hit.kind}", "bold" if hit.kind == "action" else ""),
         "\n      ",
-        (first_line(hit.text), "dim"),
+        (first_line(hit.text, PREVIEW), "dim"),
     )

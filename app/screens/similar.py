@@ -23,12 +23,13 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from app.actions import SIMILAR_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
-from app.screens.search import first_line, result_line
+from app.screens.search import result_line
+from app.text import first_line
 from storage import Label, LabelScope, LabelValue, Node, Session, StoreError, TraceStore
 
 if TYPE_CHECKING:
     from agents.memory import Hit
-    from app.console import SharedMemory
+    from agents.workbench import SharedMemory
 
 #: The most similar blocks offered.
 SIMILAR_LIMIT = 20

@@ -24,6 +24,7 @@ from textual.worker import Worker, WorkerState
 
 from app.actions import TRAIN_CONFIRM_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.shared import report_failure
 from storage import Job, JobKind, TraceStore
 from training.jobs import DEFAULT_LR, JobError, JobOptions, needed_labels_message, queue_job
 from training.rules import Counts
@@ -263,10 +264,7 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
             return
         if event.worker.group == "train-queue":
             self.queueing = False
-        from app.console import ConsoleApp
-
-        if isinstance(self.app, ConsoleApp):
-            self.app.report_failure(event)
+        report_failure(self, event)
 
     def action_cancel(self) -> None:
         if not self.queueing:

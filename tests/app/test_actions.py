@@ -19,12 +19,13 @@ from app import actions
 from app.actions import Action, bindings, key_table, palette
 from app.commands import ScreenCommands
 from app.console import ConsoleApp
+from app.dialogs import AdapterPicker, ConfirmScreen
 from app.screens.approval import ApprovalCommands, ApprovalScreen
 from app.screens.batches import BatchesCommands, BatchesScreen
 from app.screens.compare import CompareCommands, CompareScreen
 from app.screens.held_out import HeldOutScreen
 from app.screens.help import HelpScreen
-from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsCommands, JobsScreen
+from app.screens.jobs import JobsCommands, JobsScreen
 from app.screens.label import LabelCommands, LabelScreen
 from app.screens.main import MainCommands, MainScreen
 from app.screens.search import SearchCommands, SearchScreen
@@ -84,7 +85,7 @@ def described(binding: BindingType) -> tuple[Any, ...]:
 
 def classes_defining(attribute: str) -> set[type]:
     """Every class of the console's modules that sets `attribute` itself."""
-    modules = [importlib.import_module("app.console")]
+    modules = [importlib.import_module(name) for name in ("app.console", "app.dialogs")]
     for package in (app.screens, app.widgets):
         for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
             modules.append(importlib.import_module(info.name))

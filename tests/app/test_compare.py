@@ -17,29 +17,30 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
+from agents.backends.pinned import PinnedAdapter
 from agents.backends.transformers_backend import TransformersBackend
 from agents.families import split
 from agents.runtime import task_snapshot
 from agents.settings import Settings
 from app import exit_codes
 from app.console import ConsoleApp
-from app.screens.compare import (
-    BASE,
-    TUNED,
-    CompareScreen,
-    PinnedAdapter,
-    SideSummary,
-    judge,
-    resolve_task,
-    summarize,
-)
-from app.screens.held_out import HeldOutScreen, held_out_variants
-from app.screens.jobs import AdapterPicker
+from app.dialogs import AdapterPicker
+from app.screens.compare import CompareScreen
+from app.screens.held_out import HeldOutScreen
 from app.widgets.status_bar import StatusBar
 from storage import NodeStatus, SessionStatus, TraceStore
 from tests.support.answer_task import TASK
 from tests.support.label_trees import SessionBuilder
 from tests.support.pilot import Notes, plain, until
+from training.ab import (
+    BASE,
+    TUNED,
+    SideSummary,
+    held_out_variants,
+    judge,
+    resolve_task,
+    summarize,
+)
 
 pytestmark = pytest.mark.timeout(300)
 SIZE = (140, 44)
@@ -75,7 +76,7 @@ def settings(model: Path) -> Settings:
 
 async def open_a_b(pilot: Pilot[None], app: ConsoleApp) -> CompareScreen:
     """Once the model is in: `A`, the first adapter in the picker, the comparison screen."""
-    await until(pilot, lambda: app.backend is not None, "the model")
+    await until(pilot, lambda: app.workbench.backend is not None, "the model")
     await until(pilot, lambda: app.main.check_action("compare", ()) is True, "A/B")
     await pilot.press("A")
     await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
@@ -107,14 +108,14 @@ async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
         assert screen.agent_task.prompt == TASK.prompt and screen.adapter == "tuned"
         await until(pilot, lambda: screen.sides != {}, "both sides to start")
         # While it runs the model is the comparison's: no session from the main screen.
-        assert app.comparing
+        assert app.workbench.comparing
         app.main.start_session(TASK)
         assert app.main.live is None
         await pilot.pause()
         assert "an A/B comparison is using the model" in notes.text()
 
         await until(pilot, lambda: screen.verdict is not None, "the verdict", timeout=180)
-        assert not app.comparing and not screen.running.is_set()
+        assert not app.workbench.comparing and not screen.running.is_set()
         assert screen.summaries is not None
         base, tuned = screen.summaries
         ids = {base.session_id, tuned.session_id}
@@ -143,7 +144,7 @@ async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
             log = screen.query_one(f"#compare-{key} .compare-log", RichLog)
             assert any("tick 1 action" in "".join(s.text for s in line) for line in log.lines)
         # The console's own adapter is as it was: the sides switched only per call.
-        assert app.backend is not None and app.backend.active_adapter is None
+        assert app.workbench.backend is not None and app.workbench.backend.active_adapter is None
         assert app.main.query_one(StatusBar).adapter == ""
 
         await pilot.press("escape")
@@ -288,7 +289,7 @@ async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
     assert all(v.seed in split(v.family)[1] for v in held_out_variants())
     app = ConsoleApp(store=store, settings=settings(tiny_model_dir))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model")
         # the palette's way in: the adapter picker first
         app.main.action_compare_held_out()
         await until(pilot, lambda: isinstance(app.screen, AdapterPicker), "the picker")
@@ -297,14 +298,14 @@ async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
 
         screen = HeldOutScreen(store, "tuned", variants)
         await app.push_screen(screen)
-        await until(pilot, lambda: app.comparing, "the set to start")
+        await until(pilot, lambda: app.workbench.comparing, "the set to start")
         await until(
             pilot,
             lambda: not screen.running.is_set() and all(len(r.results) == 2 for r in screen.rows),
             "every variant on both sides",
             timeout=240,
         )
-        assert not app.comparing
+        assert not app.workbench.comparing
         sessions = sorted(store.list_sessions(), key=lambda s: s.id)
         assert len(sessions) == 2
         for pair, found in zip((sessions[0:2],), variants, strict=True):

@@ -23,7 +23,8 @@ from textual.widgets import DataTable, Input, Log, Sparkline, Static
 
 from agents.settings import Settings
 from app.console import ConsoleApp
-from app.screens.jobs import AdapterPicker, ConfirmScreen, JobsScreen
+from app.dialogs import AdapterPicker, ConfirmScreen
+from app.screens.jobs import JobsScreen
 from app.screens.label import LabelScreen
 from app.screens.train_confirm import TrainConfirmScreen
 from app.widgets.status_bar import StatusBar
@@ -209,7 +210,7 @@ async def test_confirm_queues_a_real_job_whose_adapter_the_jobs_screen_loads(
     notes = Notes()
     app = ConsoleApp(store=store, settings=tiny(tiny_model_dir))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model")
         await pilot.press("T")
         await settle(pilot)
         dialog = app.screen
@@ -252,10 +253,16 @@ async def test_confirm_queues_a_real_job_whose_adapter_the_jobs_screen_loads(
         await pilot.press("l")
         await until(
             pilot,
-            lambda: app.backend is not None and app.backend.active_adapter is not None,
+            lambda: (
+                app.workbench.backend is not None
+                and app.workbench.backend.active_adapter is not None
+            ),
             "the adapter",
         )
-        assert app.backend is not None and app.backend.active_adapter == "console-sft"
+        assert (
+            app.workbench.backend is not None
+            and app.workbench.backend.active_adapter == "console-sft"
+        )
         assert status_bar(app).adapter == "console-sft"
         assert "adapter console-sft in use" in notes.text()
         assert job.pid is not None
@@ -427,7 +434,7 @@ async def test_use_adapter_and_base_model_from_the_palette(
     notes = Notes()
     app = ConsoleApp(store=store, settings=tiny(tiny_model_dir))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model")
         await app.main.run_action("app.use_adapter")
         await settle(pilot)
         picker = app.screen
@@ -437,10 +444,10 @@ async def test_use_adapter_and_base_model_from_the_palette(
         await until(
             pilot, lambda: status_bar(app).adapter == "tuned", "the adapter in the status bar"
         )
-        assert app.backend is not None and app.backend.active_adapter == "tuned"
+        assert app.workbench.backend is not None and app.workbench.backend.active_adapter == "tuned"
         await app.main.run_action("app.base_model")
         await until(pilot, lambda: status_bar(app).adapter == "", "the base model")
-        assert app.backend.active_adapter is None
+        assert app.workbench.backend.active_adapter is None
         assert "the base model is in use" in notes.text()
 
 
@@ -450,9 +457,9 @@ async def test_an_adapter_named_at_start_up_is_loaded_after_the_model(
     store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
     app = ConsoleApp(store=store, settings=tiny(tiny_model_dir), adapter="tuned")
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model")
         await pilot.pause()
-        assert app.backend is not None and app.backend.active_adapter == "tuned"
+        assert app.workbench.backend is not None and app.workbench.backend.active_adapter == "tuned"
         assert status_bar(app).adapter == "tuned"
 
 
@@ -462,8 +469,8 @@ async def test_an_unknown_adapter_at_start_up_leaves_the_base_model_with_a_warni
     notes = Notes()
     app = ConsoleApp(store=store, settings=tiny(tiny_model_dir), adapter="nope")
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model")
         await pilot.pause()
-        assert app.backend is not None and app.backend.active_adapter is None
+        assert app.workbench.backend is not None and app.workbench.backend.active_adapter is None
         assert "--adapter nope: no adapter named 'nope'" in notes.text()
         assert status_bar(app).backend == "transformers"

@@ -163,7 +163,7 @@ async def test_step_mode_and_chat_in_a_session_started_from_the_chat(
 ) -> None:
     app = ConsoleApp(store=store, settings=settings(tiny_model_dir, max_ticks=2, approval="auto"))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.backend is not None, "the model to load")
+        await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
         # no live session: the session keys are not offered; s arms step mode instead
         assert app.main.check_action("stop", ()) is False
         assert app.main.check_action("run", ()) is False

@@ -179,14 +179,13 @@ def test_resume_of_an_unknown_session_is_refused(tmp_path: Path) -> None:
 
 def test_query_and_the_console_build_the_same_options() -> None:
     """`--query`, the console's live session and its A/B build their options in one place
-    (app.common.session_options): the same settings give the same run, the A/B differs
+    (agents.runtime.session_options): the same settings give the same run, the A/B differs
     only where it means to, and a task's own tick limit wins where it is lower."""
     from dataclasses import replace
 
-    from agents.runtime import RunOptions
+    from agents.runtime import RunOptions, session_options
     from agents.settings import Settings
     from agents.tasks import load_task
-    from app.common import session_options
 
     settings = Settings(max_ticks=50, block_tokens=64)
     task = load_task("csv_summary")

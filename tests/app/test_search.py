@@ -215,7 +215,7 @@ async def test_a_model_that_cannot_load_is_a_notification_not_a_crash(
 ) -> None:
     SessionBuilder(store, "Anything").executed(1, "x = 1")
     app = console(store)
-    app.memory.model = str(tmp_path / "no-such-model")
+    app.workbench.memory.model = str(tmp_path / "no-such-model")
     notes: list[str] = []
 
     def hook(message: object) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from agents.settings import Settings
 from app.console import ConsoleApp
-from app.screens.jobs import ConfirmScreen
+from app.dialogs import ConfirmScreen
 from storage import TraceStore
 from tests.support.pilot import Notes, settle, until
 
@@ -44,7 +44,9 @@ async def test_the_offline_model_offers_its_starter_adapter(
         assert "Load the starter adapter 'starter'?" in str(app.screen.question)
         await pilot.press("y")
         await until(pilot, lambda: "adapter starter in use" in notes.texts(), "the adapter")
-        assert app.backend is not None and app.backend.active_adapter == "starter"
+        assert (
+            app.workbench.backend is not None and app.workbench.backend.active_adapter == "starter"
+        )
         await settle(pilot)
     store.close()
 
@@ -57,7 +59,7 @@ async def test_without_a_starter_adapter_the_console_says_how_to_train_one(
         app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(model)))
         notes = Notes()
         async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-            await until(pilot, lambda a=app: a.backend is not None, "the model", 120)  # type: ignore[misc]
+            await until(pilot, lambda a=app: a.workbench.backend is not None, "the model", 120)  # type: ignore[misc]
             await settle(pilot)
             said = [t for t in notes.texts() if "agent-console train starter" in t]
             assert bool(said) is offered, notes.texts()

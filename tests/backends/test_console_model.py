@@ -32,9 +32,9 @@ async def test_the_model_loads_after_the_first_frame(
         assert status.backend == "loading model…"  # the frame is up before the model
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.backend is not None
+        assert app.workbench.backend is not None
         assert (status.backend, status.model) == ("transformers", str(tiny_model_dir))
-        assert app.backend.score_yes_no(["Is it? "])  # a live model, not a placeholder
+        assert app.workbench.backend.score_yes_no(["Is it? "])  # a live model, not a placeholder
 
 
 async def test_no_model_is_one_notification_and_the_console_works(
@@ -51,7 +51,7 @@ async def test_no_model_is_one_notification_and_the_console_works(
     async with app.run_test(message_hook=hook) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.backend is None
+        assert app.workbench.backend is None
         assert app.main.query_one(StatusBar).backend == "no model"
         (note,) = [n for n in notes if n.startswith("no model:")]
         assert str(missing) in note and "--base-url" in note and "\n" not in note

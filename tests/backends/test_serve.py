@@ -68,7 +68,7 @@ def test_a_bad_adapter_is_a_usage_error(tmp_path: Path, tiny_model_dir: Path) ->
 def test_gpu_memory_share_reaches_vllm_and_nonsense_is_refused(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    from agents.serving import ServeOptions, vllm_command
+    from agents.backends.serving import ServeOptions, vllm_command
 
     command = vllm_command("python", ServeOptions(str(tiny_model_dir), gpu_memory_utilization=0.4))
     assert command[command.index("--gpu-memory-utilization") + 1] == "0.4"

@@ -1,5 +1,5 @@
 """The offline model, Gemma 3 270M base, served by vLLM on CPU with `agent-console serve`'s
-command line (agents/serving.py), used through the openai backend: sampling, yes/no
+command line (agents/backends/serving.py), used through the openai backend: sampling, yes/no
 scoring and a LoRA adapter loaded at run time.
 
 Gemma needs its `<bos>` in front of every prompt or it writes garbage; the backend learns

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.serving import ServeOptions, vllm_command
+from agents.backends.serving import ServeOptions, vllm_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
@@ -182,7 +182,7 @@ def server_command(
     extra_args: Sequence[str] = (),
     max_model_len: int = 512,
 ) -> list[str]:
-    """`agent-console serve`'s command line (agents/serving.py), sized for the tiny model
+    """`agent-console serve`'s command line (agents/backends/serving.py), sized for the tiny model
     on a 2-core machine."""
     options = ServeOptions(
         model=str(model_dir),
