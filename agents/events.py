@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar
 
-from storage import Actor, EvaluationKind, Node, SessionStatus, Verdict
+from agents import blocks
+from storage import Actor, Author, EvaluationKind, Node, NodeStatus, SessionStatus, Verdict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,3 +185,43 @@ class BlockSampled(RuntimeEvent):
     tokens: int
     seconds: float
     tokens_per_second: float | None
+
+
+#: The statuses of a block that a progress line reports.
+SHOWN_STATUSES = (NodeStatus.CHOSEN, NodeStatus.EXECUTED, NodeStatus.FAILED)
+
+
+def progress_line(event: RuntimeEvent) -> str | None:
+    """`event` as the one line `--query` prints for it (the console's A/B columns show
+    the same); None for an event it does not print."""
+    match event:
+        case SessionStarted():
+            return event.text
+        case BlockSampled():
+            rate = event.tokens_per_second
+            speed = f", {rate:.0f} tokens/s" if rate else ""
+            return (
+                f"tick {event.tick} {event.block}: {event.candidates} candidates, "
+                f"{event.tokens} tokens in {event.seconds:.1f} s{speed}"
+            )
+        case NodeChanged(node=node) if node.status in SHOWN_STATUSES:
+            if node.author is Author.RUNTIME and node.kind not in (
+                blocks.ERROR,
+                blocks.OUTCOME,
+            ):
+                return None
+            score = f" score {node.score:.2f}" if node.score is not None else ""
+            cut = " (truncated)" if node.truncated else ""
+            return f"tick {node.tick} {node.kind} {node.status.value}{score}{cut}"
+        case DecisionRecorded():
+            reason = f": {event.reason}" if event.reason else ""
+            return f"  {event.actor.value} {event.verdict.value}{reason}"
+        case EvaluationRecorded(kind=EvaluationKind.CALLBACK):
+            verdict = "passed" if event.passed else "failed"
+            return f"  {event.name}: {verdict}"
+        case AgentMessage():
+            return f"agent: {event.text}"
+        case StatusChanged():
+            reason = f" ({event.reason})" if event.reason else ""
+            return f"session {event.session_id}: {event.status.value}{reason}"
+    return None

@@ -20,7 +20,7 @@ import agents, training, storage, storage.store, agents.settings, agents.backend
 import agents.backends, agents.backends.transformers_backend, agents.backends.openai_backend
 import agents.backends.vllm_backend, agents.backends.lora
 import agents.blocks, agents.ranking, agents.approval, agents.runtime, agents.sandbox
-import agents.sandbox.kernel, agents.tasks, app.headless, app.doctor
+import agents.sandbox.kernel, agents.tasks, app.cli.headless, app.cli.doctor
 from storage import TraceStore
 with tempfile.TemporaryDirectory() as d:
     TraceStore(pathlib.Path(d) / "t.db").close()

@@ -28,7 +28,7 @@ from textual.widgets import Footer, RichLog, Static
 from textual.worker import Worker, WorkerState
 
 from agents.backends.pinned import PinnedAdapter
-from agents.events import NodeChanged, SessionStarted, StatusChanged
+from agents.events import NodeChanged, SessionStarted, StatusChanged, progress_line
 from app.actions import COMPARE_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.dialogs import pick_adapter_then
@@ -187,13 +187,11 @@ class CompareScreen(Screen[None]):
     @on(LiveEvent)
     def show_event(self, message: LiveEvent) -> None:
         """A side's event, as `--query` prints it, in its column."""
-        from app.headless import Progress
-
         side = next((s for s in self.sides.values() if s.live is message.live), None)
         if side is None:
             return
         event = message.event
-        line = Progress.describe(event)
+        line = progress_line(event)
         if line is not None:
             text = Text(line)
             if isinstance(event, NodeChanged):

@@ -55,7 +55,7 @@ def open_model(
     exit code after one line when that cannot be."""
     adapter = None
     if adapter_name:
-        from app.train_cli import AdapterLookupError, find_adapter
+        from app.cli.train import AdapterLookupError, find_adapter
 
         try:
             adapter = find_adapter(store, adapter_name)

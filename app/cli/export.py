@@ -1,5 +1,5 @@
 """`agent-console export {sft,dpo,tokens}`: the labels' training data as JSON lines; `export
-weave SESSION --out DIR`: a session in weave-agent's trace format (app/weave_cli.py)."""
+weave SESSION --out DIR`: a session in weave-agent's trace format (app/cli/weave.py)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def fail(message: str, code: int) -> int:
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     if args.dataset == "weave":
-        from app.weave_cli import run_export_weave
+        from app.cli.weave import run_export_weave
 
         return run_export_weave(args, settings)
     if args.session_ref is not None:

@@ -15,29 +15,20 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from agents import blocks
 from agents.events import (
-    AgentMessage,
-    BlockSampled,
-    DecisionRecorded,
-    EvaluationRecorded,
-    NodeChanged,
     RuntimeEvent,
     SamplingProgress,
-    SessionStarted,
-    StatusChanged,
+    progress_line,
 )
 from agents.runtime import session_options
 from app import exit_codes
-from app.common import open_model, open_store, refuse_without_sandbox
+from app.cli.common import open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
-from storage import Author, EvaluationKind, NodeStatus
 
 if TYPE_CHECKING:
     from agents.settings import Settings
 
 #: The block statuses `--query` prints a line for.
-SHOWN_STATUSES = (NodeStatus.CHOSEN, NodeStatus.EXECUTED, NodeStatus.FAILED)
 
 
 def fail(message: str, code: int) -> int:
@@ -63,7 +54,7 @@ class Progress:
         if isinstance(event, SamplingProgress):
             line = self.describe_sampling(event)
         else:
-            line = self.describe(event)
+            line = progress_line(event)
         if line:
             self.err.write(line + "\n")
             self.err.flush()
@@ -79,40 +70,6 @@ class Progress:
             f"tick {event.tick} {event.block}: sampling {event.candidates} candidates "
             f"({event.seconds:.1f} s to the first tokens: {first!r})"
         )
-
-    @staticmethod
-    def describe(event: RuntimeEvent) -> str | None:
-        match event:
-            case SessionStarted():
-                return event.text
-            case BlockSampled():
-                rate = event.tokens_per_second
-                speed = f", {rate:.0f} tokens/s" if rate else ""
-                return (
-                    f"tick {event.tick} {event.block}: {event.candidates} candidates, "
-                    f"{event.tokens} tokens in {event.seconds:.1f} s{speed}"
-                )
-            case NodeChanged(node=node) if node.status in SHOWN_STATUSES:
-                if node.author is Author.RUNTIME and node.kind not in (
-                    blocks.ERROR,
-                    blocks.OUTCOME,
-                ):
-                    return None
-                score = f" score {node.score:.2f}" if node.score is not None else ""
-                cut = " (truncated)" if node.truncated else ""
-                return f"tick {node.tick} {node.kind} {node.status.value}{score}{cut}"
-            case DecisionRecorded():
-                reason = f": {event.reason}" if event.reason else ""
-                return f"  {event.actor.value} {event.verdict.value}{reason}"
-            case EvaluationRecorded(kind=EvaluationKind.CALLBACK):
-                verdict = "passed" if event.passed else "failed"
-                return f"  {event.name}: {verdict}"
-            case AgentMessage():
-                return f"agent: {event.text}"
-            case StatusChanged():
-                reason = f" ({event.reason})" if event.reason else ""
-                return f"session {event.session_id}: {event.status.value}{reason}"
-        return None
 
 
 def run_query(args: argparse.Namespace, settings: Settings) -> int:

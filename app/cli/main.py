@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from app import __version__, exit_codes
-from app.batch_cli import add_batch_parser
-from app.export_cli import add_export_parser
-from app.memory_cli import add_memory_parser
-from app.train_cli import add_adapter_argument, add_train_parsers
-from app.weave_cli import add_import_parser
+from app.cli.batch import add_batch_parser
+from app.cli.export import add_export_parser
+from app.cli.memory import add_memory_parser
+from app.cli.train import add_adapter_argument, add_train_parsers
+from app.cli.weave import add_import_parser
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -314,33 +314,33 @@ def run(argv: Sequence[str] | None) -> int:
     if args.command == "serve":
         return run_serve(args, settings)
     if args.command == "doctor":
-        from app.doctor import run_doctor
+        from app.cli.doctor import run_doctor
 
         return run_doctor(settings)
     if args.command == "label":
         return run_label(args, settings)
     if args.command in ("train", "adapters"):
-        from app.train_cli import run_adapters, run_train
+        from app.cli.train import run_adapters, run_train
 
         return run_train(args, settings) if args.command == "train" else run_adapters(settings)
     if args.command == "export":
-        from app.export_cli import run_export
+        from app.cli.export import run_export
 
         return run_export(args, settings)
     if args.command == "batch":
-        from app.batch_cli import run_batch
+        from app.cli.batch import run_batch
 
         return run_batch(args, settings)
     if args.command == "import":
-        from app.weave_cli import run_import
+        from app.cli.weave import run_import
 
         return run_import(args, settings)
     if args.command == "memory":
-        from app.memory_cli import run_memory
+        from app.cli.memory import run_memory
 
         return run_memory(args, settings)
     if args.query is not None or args.resume is not None:
-        from app.headless import run_query
+        from app.cli.headless import run_query
 
         return run_query(args, settings)
     for flag in ("json", "unsafe_no_sandbox"):
@@ -368,7 +368,7 @@ def run(argv: Sequence[str] | None) -> int:
 
     with store:
         if args.adapter_name:
-            from app.train_cli import AdapterLookupError, find_adapter
+            from app.cli.train import AdapterLookupError, find_adapter
 
             try:
                 find_adapter(store, args.adapter_name)

@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from app import exit_codes
-from app.common import open_store
+from app.cli.common import open_store
 
 if TYPE_CHECKING:
     from agents.settings import Settings

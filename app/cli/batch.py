@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
-from app.common import open_model, open_store, refuse_without_sandbox
+from app.cli.common import open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
