@@ -71,6 +71,33 @@ class Candidate:
     finish_reason: FinishReason
 
 
+#: A temperature under this samples greedily.
+GREEDY_BELOW = 1e-5
+#: What each of `Backend.features` lets `generate` do, as a refusal names it.
+FEATURE_VERBS = {"stream": "stream text", "grammar": "follow a grammar", "no-repeat": "ban repeats"}
+
+
+def describe_features(features: Sequence[str]) -> str:
+    """("stream", "grammar") -> "stream text or follow a grammar"."""
+    verbs = [FEATURE_VERBS.get(feature, feature) for feature in features]
+    return verbs[0] if len(verbs) == 1 else ", ".join(verbs[:-1]) + " or " + verbs[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """One `generate` call, checked: what a backend's `_generate` samples."""
+
+    n: int
+    max_tokens: int
+    #: the stop strings, none of them empty
+    stop: tuple[str, ...]
+    temperature: float
+    seed: int | None
+    on_token: Callable[[int, str], None] | None
+    grammar: str | None
+    no_repeat: int
+
+
 class Backend(ABC):
     """A model the agent can sample from and ask yes/no questions of."""
 
@@ -87,7 +114,6 @@ class Backend(ABC):
     #: the model's parameter count, where known
     parameters: int | None = None
 
-    @abstractmethod
     def generate(
         self,
         prompt: Prompt,
@@ -107,7 +133,53 @@ class Backend(ABC):
         `grammar` is an EBNF grammar (xgrammar's dialect, root rule `root`) every
         completion must follow; `no_repeat` > 0 bans repeating any run of that many
         tokens of the prompt or the completion (see the module docstring for all three).
-        A backend that cannot do one of them raises BackendError rather than ignoring it."""
+        A backend that cannot do one of them raises BackendError rather than ignoring it.
+
+        Checked here for every backend, which then samples the request (`_generate`).
+        Greedy candidates are all the same sequence: it is sampled once and given `n`
+        times, every piece streamed to each of them."""
+        for field_name, value, least in (("n", n, 1), ("max_tokens", max_tokens, 1)):
+            if value < least:
+                raise BackendError(f"{field_name} must be at least {least}, not {value}")
+        if temperature < 0:
+            raise BackendError(f"temperature must be 0 or more, not {temperature}")
+        if no_repeat < 0:
+            raise BackendError(f"no_repeat must be 0 or more, not {no_repeat}")
+        asked = {"stream": on_token is not None, "grammar": grammar is not None}
+        asked["no-repeat"] = no_repeat > 0
+        missing = [feature for feature, wanted in asked.items() if wanted]
+        missing = [feature for feature in missing if feature not in self.features]
+        if missing:
+            raise self.cannot(missing)
+        greedy = temperature < GREEDY_BELOW
+        emit = on_token
+        if on_token is not None and greedy and n > 1:
+
+            def emit(index: int, piece: str) -> None:
+                for row in range(n):
+                    on_token(row, piece)
+
+        request = Sampling(
+            n=1 if greedy else n,
+            max_tokens=max_tokens,
+            stop=tuple(text for text in stop if text),
+            temperature=temperature,
+            seed=seed,
+            on_token=emit,
+            grammar=grammar,
+            no_repeat=no_repeat,
+        )
+        candidates = self._generate(prompt, request)
+        return candidates * n if greedy else candidates
+
+    @abstractmethod
+    def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
+        """`request.n` completions of `prompt` (the request checked by `generate`, its
+        features among `features`, its empty stop strings dropped)."""
+
+    def cannot(self, features: Sequence[str]) -> BackendError:
+        """The refusal of a request asking for `features` this backend lacks."""
+        return BackendError(f"the {self.name} backend cannot {describe_features(features)}")
 
     @abstractmethod
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:

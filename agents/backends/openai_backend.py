@@ -69,7 +69,9 @@ from agents.backends.base import (
     ContextOverflowError,
     ModelNotFoundError,
     Prompt,
+    Sampling,
     ServerUnreachableError,
+    describe_features,
     one_line,
     yes_no_token_ids,
 )
@@ -84,7 +86,6 @@ ApiKind = Literal["auto", "completions", "chat"]
 _CONTEXT_WORDS = ("maximum context length", "max_model_len", "context length", "context_length")
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _BACKOFF_START, _BACKOFF_CAP = 0.5, 8.0
-_GREEDY_EPS = 1e-5
 
 
 class _EndpointMissing(BackendError):
@@ -394,55 +395,31 @@ class OpenAIBackend(_OpenAIProtocol):
 
     # ---------------------------------------------------------------- generate
 
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        n: int = 1,
-        max_tokens: int = 256,
-        stop: Sequence[str] = (),
-        temperature: float = 1.0,
-        seed: int | None = None,
-        on_token: Callable[[int, str], None] | None = None,
-        grammar: str | None = None,
-        no_repeat: int = 0,
-    ) -> list[Candidate]:
-        if no_repeat:
-            raise BackendError(f"the model server at {self.base_url} cannot ban repeats")
-        if n < 1 or max_tokens < 1:
-            raise BackendError("generate needs n >= 1 and max_tokens >= 1")
-        if temperature < 0:
-            raise BackendError("temperature must be >= 0")
-        if grammar is not None and not self._is_vllm:
-            raise BackendError(
-                f"the model server at {self.base_url} cannot follow a grammar: only vLLM's "
-                "structured outputs are supported"
-            )
-        greedy = temperature < _GREEDY_EPS
-        asked = 1 if greedy else n
-        stop = [text for text in stop if text]
-        emit = on_token
-        if on_token is not None and greedy and n > 1:
-            # One sequence is sampled and repeated: every row gets its pieces.
-            def emit(index: int, piece: str) -> None:
-                for row in range(n):
-                    on_token(row, piece)
-
+    def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
+        asked = (
+            prompt,
+            request.n,
+            request.max_tokens,
+            list(request.stop),
+            request.temperature,
+            request.seed,
+            request.grammar,
+            request.on_token,
+        )
         if self._api != "chat":
             try:
-                candidates = self._generate_completions(
-                    prompt, asked, max_tokens, stop, temperature, seed, grammar, emit
-                )
+                return self._generate_completions(*asked)
             except _EndpointMissing:
                 if self._api == "completions":
                     raise
                 self._api = "chat"
-            else:
-                return candidates * n if greedy else candidates
-        candidates = self._generate_chat(
-            prompt, asked, max_tokens, stop, temperature, seed, grammar, emit
+        return self._generate_chat(*asked)
+
+    def cannot(self, features: Sequence[str]) -> BackendError:
+        only = "; only vLLM's structured outputs are supported" if "grammar" in features else ""
+        return BackendError(
+            f"the model server at {self.base_url} cannot {describe_features(features)}{only}"
         )
-        return candidates * n if greedy else candidates
 
     def _prompt_ids(self, prompt: Prompt) -> list[int] | None:
         """Token ids of the prompt, led by the tokenizer's leading special tokens, or None

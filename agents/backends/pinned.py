@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from agents.backends.base import AdapterError, Backend, Candidate, Prompt
+from agents.backends.base import AdapterError, Backend, Candidate, Prompt, Sampling
 
 T = TypeVar("T")
 
@@ -42,32 +42,9 @@ class PinnedAdapter(Backend):
                 if self.inner.active_adapter != previous:
                     self.inner.use_adapter(previous)
 
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        n: int = 1,
-        max_tokens: int = 256,
-        stop: Sequence[str] = (),
-        temperature: float = 1.0,
-        seed: int | None = None,
-        on_token: Callable[[int, str], None] | None = None,
-        grammar: str | None = None,
-        no_repeat: int = 0,
-    ) -> list[Candidate]:
-        return self._pinned(
-            lambda: self.inner.generate(
-                prompt,
-                n=n,
-                max_tokens=max_tokens,
-                stop=stop,
-                temperature=temperature,
-                seed=seed,
-                on_token=on_token,
-                grammar=grammar,
-                no_repeat=no_repeat,
-            )
-        )
+    def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
+        # checked by `generate` already, against the same features
+        return self._pinned(lambda: self.inner._generate(prompt, request))
 
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:
         return self._pinned(lambda: self.inner.score_yes_no(prompts))

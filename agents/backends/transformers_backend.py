@@ -42,7 +42,7 @@ import contextlib
 import gc
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from agents.backends.base import (
     Candidate,
     ModelNotFoundError,
     Prompt,
+    Sampling,
     log_odds,
     one_line,
     yes_no_token_ids,
@@ -404,57 +405,33 @@ class TransformersBackend(_SamplingMixin, Backend):
         else:
             yield
 
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        n: int = 1,
-        max_tokens: int = 256,
-        stop: Sequence[str] = (),
-        temperature: float = 1.0,
-        seed: int | None = None,
-        on_token: Callable[[int, str], None] | None = None,
-        grammar: str | None = None,
-        no_repeat: int = 0,
-    ) -> list[Candidate]:
-        if n < 1:
-            raise BackendError(f"n must be at least 1, not {n}")
-        if max_tokens < 1:
-            raise BackendError(f"max_tokens must be at least 1, not {max_tokens}")
-        if temperature < 0:
-            raise BackendError(f"temperature must be 0 or more, not {temperature}")
-        if no_repeat < 0:
-            raise BackendError(f"no_repeat must be 0 or more, not {no_repeat}")
+    def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
         ids = self._prompt_ids(prompt)
-        self.check_fits(len(ids), max_tokens)
-        stops = [s for s in stop if s]
-        sampling = temperature > 0
-        # Greedy candidates are all the same sequence: compute it once.
-        rows = n if sampling else 1
+        self.check_fits(len(ids), request.max_tokens)
+        on_token = request.on_token
 
         def emit(row: int, piece: str) -> None:
             if on_token is not None and piece:
-                for index in range(n) if not sampling else (row,):
-                    on_token(index, piece)
+                on_token(row, piece)
 
         import torch
 
         with self._lock, torch.inference_mode(), self._adapter_scope():
             model = self._live_model()
+            grammar = request.grammar
             compiled = self._compiled_grammar(grammar) if grammar is not None else None
-            finished = self._sample(
+            return self._sample(
                 model,
                 ids,
-                rows=rows,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stops=stops,
-                seed=seed,
+                rows=request.n,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stops=list(request.stop),
+                seed=request.seed,
                 compiled=compiled,
                 emit=emit,
-                no_repeat=no_repeat,
+                no_repeat=request.no_repeat,
             )
-        return finished if sampling else finished * n
 
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:
         if not prompts:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from agents.backends.base import (
@@ -28,6 +28,7 @@ from agents.backends.base import (
     FinishReason,
     ModelNotFoundError,
     Prompt,
+    Sampling,
     log_odds,
     one_line,
     yes_no_token_ids,
@@ -84,33 +85,17 @@ class VLLMBackend(Backend):
 
     # -- sampling -----------------------------------------------------------------------
 
-    def generate(
-        self,
-        prompt: Prompt,
-        *,
-        n: int = 1,
-        max_tokens: int = 256,
-        stop: Sequence[str] = (),
-        temperature: float = 1.0,
-        seed: int | None = None,
-        on_token: Callable[[int, str], None] | None = None,
-        grammar: str | None = None,
-        no_repeat: int = 0,
-    ) -> list[Candidate]:
-        if on_token is not None or grammar is not None or no_repeat:
-            raise BackendError(
-                f"the {self.name} backend cannot stream, follow a grammar or ban repeats yet"
-            )
+    def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
         from vllm import SamplingParams
 
         ids = self._prompt_ids(prompt)
-        self.check_fits(len(ids), max_tokens)
+        self.check_fits(len(ids), request.max_tokens)
         params = SamplingParams(
-            n=n,
-            max_tokens=max_tokens,
-            stop=list(stop) or None,
-            temperature=temperature,
-            seed=seed,
+            n=request.n,
+            max_tokens=request.max_tokens,
+            stop=list(request.stop) or None,
+            temperature=request.temperature,
+            seed=request.seed,
             logprobs=0,  # the sampled token's own logprob only
         )
         with self._lock:

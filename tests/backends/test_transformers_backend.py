@@ -437,3 +437,23 @@ def test_bad_adapters_are_refused_and_leave_the_model_as_it_was(
     fresh.use_adapter(None)
     assert greedy(fresh) == base
     fresh.load_adapter("bad", str(tiny_adapter_dir))  # the failed name is free again
+
+
+def test_a_feature_the_backend_lacks_is_refused_by_name(backend: TransformersBackend) -> None:
+    """`Backend.generate` checks each request against `features` for every backend: what
+    the backend cannot do is refused in one line naming it, never ignored."""
+    backend.features = frozenset({"stream"})
+    try:
+        with pytest.raises(BackendError, match="cannot follow a grammar or ban repeats$"):
+            backend.generate(PROMPT, max_tokens=2, grammar='root ::= "a"', no_repeat=2)
+        pieces: list[tuple[int, str]] = []
+        greedy = backend.generate(
+            PROMPT, n=3, max_tokens=3, temperature=0, on_token=lambda i, p: pieces.append((i, p))
+        )
+    finally:
+        del backend.features
+    assert backend.features == frozenset({"grammar", "stream", "no-repeat"})
+    # greedy: one sequence, given three times, every piece streamed to each of them
+    assert len({c.text for c in greedy}) == 1
+    for row in range(3):
+        assert "".join(p for i, p in pieces if i == row) == greedy[0].text
