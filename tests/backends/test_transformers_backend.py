@@ -444,7 +444,7 @@ def test_a_feature_the_backend_lacks_is_refused_by_name(backend: TransformersBac
     the backend cannot do is refused in one line naming it, never ignored."""
     backend.features = frozenset({"stream"})
     try:
-        with pytest.raises(BackendError, match="cannot follow a grammar or ban repeats$"):
+        with pytest.raises(BackendError, match=r"cannot follow a grammar or ban repeats$"):
             backend.generate(PROMPT, max_tokens=2, grammar='root ::= "a"', no_repeat=2)
         pieces: list[tuple[int, str]] = []
         greedy = backend.generate(
