@@ -6,6 +6,9 @@ one (`app.console`).
 
 Its rules: one session at a time samples for the operator; nothing else samples while an
 A/B comparison holds the model; the adapter changes only while nothing samples.
+
+The store may open after the console's first frame (`open_store`, from a thread: it loads
+SQLAlchemy): until then `store_ready` is unset and `store` refuses.
 """
 
 from __future__ import annotations
@@ -39,13 +42,20 @@ class LiveRun(Protocol):
 class Workbench:
     def __init__(
         self,
-        store: TraceStore,
+        store: TraceStore | None,
         settings: Settings,
         *,
         task: Task | None = None,
         adapter: str | None = None,
     ) -> None:
-        self.store = store
+        #: the store, once open (see `store`)
+        self._store = store
+        #: set once the store is open
+        self.store_ready = threading.Event()
+        if store is not None:
+            self.store_ready.set()
+        #: whether the workbench opened the store (and closes it)
+        self._owns_store = False
         self.settings = settings
         #: the task the console was started with (`--task`), run once the model is up
         self.start_task = task
@@ -63,7 +73,29 @@ class Workbench:
         #: every session running now, which an ending signal stops
         self.sessions = RunningSessions()
         #: semantic search and similar-branch labelling (opened when first used)
-        self.memory = SharedMemory(store, settings.memory_model)
+        self.memory = SharedMemory(lambda: self.store, settings.memory_model)
+
+    # -- the store -------------------------------------------------------------------------
+
+    @property
+    def store(self) -> TraceStore:
+        """The trace store; `StoreError` while it is not open yet."""
+        if self._store is None:
+            from storage import StoreError
+
+            raise StoreError("the trace store is still opening")
+        return self._store
+
+    def open_store(self, database: str) -> TraceStore:
+        """Open the store at `database` (a path or URL; slow the first time: it loads
+        SQLAlchemy, so from a thread) and keep it, to close with the workbench. Raises
+        `StoreError` (the command line's exit code 5)."""
+        from storage import TraceStore
+
+        store = TraceStore(database)
+        self._store, self._owns_store = store, True
+        self.store_ready.set()
+        return store
 
     # -- the model -------------------------------------------------------------------------
 
@@ -151,6 +183,8 @@ class Workbench:
 
     def close(self) -> None:
         self.memory.close()
+        if self._owns_store and self._store is not None:
+            self._store.close()
 
 
 class SharedMemory:
@@ -159,7 +193,8 @@ class SharedMemory:
     worker, never the UI thread. One screen worker holds it at a time, so a search typed
     while the index syncs waits, and gives up as soon as a newer search takes over."""
 
-    def __init__(self, store: TraceStore, model: str | None = None) -> None:
+    def __init__(self, store: Callable[[], TraceStore], model: str | None = None) -> None:
+        #: the store (called when the memory first opens)
         self.store = store
         #: the embedding model; None: the core's default (the bundled MiniLM)
         self.model = model
@@ -180,7 +215,7 @@ class SharedMemory:
 
                 # The one the runtime recalls from too: the model is loaded once.
                 self._memory = shared_memory(
-                    self.store, model=self.model or DEFAULT_EMBEDDING_MODEL
+                    self.store(), model=self.model or DEFAULT_EMBEDDING_MODEL
                 )
             yield self._memory
         finally:

@@ -29,14 +29,13 @@ from app.actions import APP_ACTIONS, binding_ids, bindings
 from app.messages import UseAdapter
 from app.screens.main import MainScreen
 from app.themes import load_themes
-from storage import TraceStore
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.tasks import Task
-    from storage import Job
+    from storage import Job, TraceStore
 
 FALLBACK_THEME = "textual-dark"
 #: What the operator does (keys, the mouse, a paste): the collector waits while it goes on.
@@ -57,22 +56,30 @@ class ConsoleApp(App[None]):
     def __init__(
         self,
         *,
-        store: TraceStore,
+        store: TraceStore | None = None,
+        database: str | None = None,
         settings: Settings,
         start: str = "main",
         label_session: int | None = None,
         task: Task | None = None,
         adapter: str | None = None,
     ) -> None:
+        """`store`, open; or `database`, to open after the first frame (a store that
+        cannot be opened then ends the console with exit code 5, `store_problem` saying
+        why)."""
         super().__init__()
-        self.store = store
+        if store is None and database is None:
+            raise ValueError("ConsoleApp needs a store or a database to open")
+        self.database = database
         self.settings = settings
         self.start = start
         self.label_session = label_session
         #: the model, its adapter, the running sessions and the memory, which every
         #: screen asks (`app.shared.workbench`)
         self.workbench = Workbench(store, settings, task=task, adapter=adapter)
-        self.sub_title = store.where
+        #: why the store did not open (the console ended with exit code 5)
+        self.store_problem: str | None = None
+        self.sub_title = store.where if store is not None else "opening the store…"
         # Animated scrolling costs ~230 ms a jump on a big tree: the console does not animate.
         self.animation_level = "none"
         #: full garbage collections wait for a quiet moment (see app.collector)
@@ -80,8 +87,12 @@ class ConsoleApp(App[None]):
         #: a SIGTERM or SIGHUP is ending the console (see `end_by_signal`)
         self.ending = False
 
+    @property
+    def store(self) -> TraceStore:
+        return self.workbench.store
+
     def get_default_screen(self) -> MainScreen:
-        return MainScreen(self.store)
+        return MainScreen()
 
     @property
     def main(self) -> MainScreen:
@@ -111,9 +122,41 @@ class ConsoleApp(App[None]):
         self.catch_ending_signals()
         self.apply_theme()
         self.apply_keymap()
+        if self.workbench.store_ready.is_set():
+            self.start_work()
+        else:
+            # after the first frame: the store's imports (SQLAlchemy) take half a second
+            self.call_after_refresh(self.open_store)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="store",
+          name="opening the store")  # fmt: skip
+    def open_store(self) -> None:
+        from storage import StoreError
+
+        assert self.database is not None
+        try:
+            self.workbench.open_store(self.database)
+        except StoreError as exc:
+            self.call_from_thread(self.store_failed, str(exc))
+            return
+        self.call_from_thread(self.store_opened)
+
+    def store_opened(self) -> None:
+        self.sub_title = self.store.where
+        self.main.store_opened()
+        self.start_work()
+
+    def store_failed(self, reason: str) -> None:
+        """The store cannot be opened: the console ends with exit code 5 and the command
+        line prints `reason` as its one line."""
+        self.store_problem = reason
+        self.exit(return_code=exit_codes.STORE)
+
+    def start_work(self) -> None:
+        """The store is open: the model starts loading (after the first frame: its
+        imports, torch, take seconds), and the labelling screen opens where asked for."""
+        self.refresh_bindings()
         if self.settings.backend != "none":
-            # after the first frame: the load's imports (torch, seconds) would hold the
-            # GIL while the screen is composed
             self.call_after_refresh(self.load_model)
         else:
             self.model_failed("the backend setting is `none`")
@@ -121,6 +164,10 @@ class ConsoleApp(App[None]):
             from app.screens.label import LabelScreen
 
             self.push_screen(LabelScreen(self.store, self.label_session))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Until the store is open (a moment after the first frame) only leaving works.
+        return action == "quit" or self.workbench.store_ready.is_set()
 
     def catch_ending_signals(self) -> None:
         """SIGTERM and SIGHUP (the terminal went away) end the console as quitting does,

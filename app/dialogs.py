@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -19,7 +19,10 @@ from textual.widgets.option_list import Option
 
 from app.actions import ADAPTER_PICKER_ACTIONS, CONFIRM_ACTIONS, bindings
 from app.shared import workbench
-from storage import Adapter, TraceStore
+from storage import Adapter
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.message_pump import MessagePump
 
@@ -20,7 +21,9 @@ from agents.runtime import Outcome, RunOptions, Runtime
 from agents.tasks import Task
 from agents.workbench import RunningSessions
 from app.messages import ApprovalRequested, live_message
-from storage import TraceStore
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 
 
 class LiveSession:

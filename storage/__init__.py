@@ -1,6 +1,12 @@
-"""The SQLite (or PostgreSQL) trace store. Imports nothing else of ours."""
+"""The SQLite (or PostgreSQL) trace store. Imports nothing else of ours.
+
+The records and errors load with the package; `TraceStore` (and SQLAlchemy under it)
+when first named, so that the console draws its first frame before SQLAlchemy loads.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from storage.domain import (
     BATCH_TASK_OPEN,
@@ -32,7 +38,17 @@ from storage.domain import (
     with_status_reason,
 )
 from storage.errors import NotATraceStoreError, NotFoundError, SchemaTooNewError, StoreError
-from storage.store import TraceStore
+
+if TYPE_CHECKING:
+    from storage.store import TraceStore
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TraceStore":
+        from storage.store import TraceStore
+
+        return TraceStore
+    raise AttributeError(f"module 'storage' has no attribute {name!r}")
 
 __all__ = [
     "BATCH_TASK_OPEN",

@@ -357,15 +357,23 @@ def run(argv: Sequence[str] | None) -> int:
         except TaskError as exc:
             return fail(str(exc), exit_codes.USAGE)
 
+    from app.console import ConsoleApp
+
+    if sys.stdout.isatty() and not args.adapter_name:
+        # In a terminal the store opens after the console's first frame (SQLAlchemy takes
+        # half a second to load); one that cannot be opened ends the console with exit 5.
+        console = ConsoleApp(database=settings.database(), settings=settings, task=task)
+        console.run()
+        if console.store_problem is not None:
+            return fail(console.store_problem, exit_codes.STORE)
+        return console.return_code or exit_codes.OK
+
     from storage import StoreError, TraceStore
 
     try:
         store = TraceStore(settings.database())
     except StoreError as exc:
         return fail(str(exc), exit_codes.STORE)
-
-    from app.console import ConsoleApp
-
     with store:
         if args.adapter_name:
             from app.cli.train import AdapterLookupError, find_adapter

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -26,14 +26,10 @@ from agents.batch import Summary, by_adapter, describe_counts, spec_name, summar
 from app.actions import BATCHES_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.shared import report_failure
-from storage import (
-    Batch,
-    BatchStatus,
-    BatchTask,
-    BatchTaskStatus,
-    NodeStatus,
-    TraceStore,
-)
+from storage import Batch, BatchStatus, BatchTask, BatchTaskStatus, NodeStatus
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 
 #: How often the batches and the highlighted batch's tasks are read (seconds).
 POLL_EVERY = 1.0
@@ -67,6 +63,7 @@ TASK_COLUMNS = (
     ("tokens", "tokens"),
     ("error", "error"),
 )
+
 BATCH_STYLES = {
     BatchStatus.RUNNING: "bold cyan",
     BatchStatus.COMPLETED: "green",

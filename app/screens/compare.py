@@ -35,7 +35,7 @@ from app.dialogs import pick_adapter_then
 from app.messages import LiveEvent
 from app.shared import report_failure, workbench
 from app.text import first_line
-from storage import Author, TraceStore
+from storage import Author
 from training.ab import BASE, TUNED, SideSummary, Verdict, judge, resolve_task, summarize
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from agents.workbench import Workbench
     from app.live import LiveSession
     from app.widgets.trace_tree import TraceTree
+    from storage import TraceStore
 
 
 # -- the screen -------------------------------------------------------------------------------

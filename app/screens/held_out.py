@@ -22,13 +22,13 @@ from textual.worker import Worker, WorkerState
 from agents.batch import wilson
 from app.actions import HELD_OUT_ACTIONS, bindings
 from app.shared import report_failure, workbench
-from storage import TraceStore
 from training.ab import BASE, TUNED, run_held_out
 
 if TYPE_CHECKING:
     from agents.families import Variant
     from agents.runtime import Runtime
     from agents.workbench import Workbench
+    from storage import TraceStore
 
 
 def rate_text(name: str, results: list[bool]) -> Text:

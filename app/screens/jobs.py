@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -29,7 +29,10 @@ from app.commands import ScreenCommands
 from app.dialogs import ConfirmScreen
 from app.messages import UseAdapter
 from app.shared import report_failure, workbench
-from storage import Job, JobEvent, JobStatus, TraceStore
+from storage import Job, JobEvent, JobStatus
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 from training.jobs import (
     ACTIVE,
     FINISHED,
@@ -64,6 +67,7 @@ COLUMNS = (
     ("tok/s", "rate"),
     ("ETA", "eta"),
 )
+
 STATUS_STYLES = {
     JobStatus.QUEUED: "dim",
     JobStatus.RUNNING: "bold cyan",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -39,10 +39,12 @@ from storage import (
     Node,
     NodeStatus,
     StoreError,
-    TraceStore,
 )
 from training.queue import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 
 EMPTY = "nothing left to label"
 #: Fetch the next page when the window holds this few items.

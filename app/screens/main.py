@@ -62,7 +62,6 @@ from storage import (
     Node,
     Session,
     SessionStatus,
-    TraceStore,
     with_status_reason,
 )
 
@@ -73,6 +72,7 @@ if TYPE_CHECKING:
     from agents.tasks import Task
     from agents.workbench import Workbench
     from app.live import LiveSession
+    from storage import TraceStore
 
 #: How often the status bar checks whether a live agent has gone quiet (seconds).
 WORKING_EVERY = 0.25
@@ -101,9 +101,8 @@ class MainScreen(Screen[None]):
     COMMANDS: ClassVar = {MainCommands}
     BINDINGS: ClassVar[list[BindingType]] = bindings(MAIN_ACTIONS)
 
-    def __init__(self, store: TraceStore) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.store = store
         self.live: LiveSession | None = None
         self.pending: list[ApprovalRequest] = []
         self.asking: ApprovalRequest | None = None
@@ -126,6 +125,10 @@ class MainScreen(Screen[None]):
     @property
     def bench(self) -> Workbench:
         return workbench(self)
+
+    @property
+    def store(self) -> TraceStore:
+        return self.bench.store
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -157,6 +160,14 @@ class MainScreen(Screen[None]):
         self.query_one(Inspector).show_tick(None, [], [])
         self.query_one(Candidates).show(None, [])
         self.show_model_state()
+        if self.bench.store_ready.is_set():
+            self.store_opened()
+        else:
+            tree.loading = True
+
+    def store_opened(self) -> None:
+        """The store is open (the console opens it after the first frame): read it."""
+        self.query_one(TraceTree).loading = False
         self.load_sessions()
         self.set_interval(JOBS_EVERY, self.load_jobs)
         self.load_jobs()
@@ -530,6 +541,8 @@ class MainScreen(Screen[None]):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.bench.store_ready.is_set() and action not in ("help", "chat", "tree"):
+            return False  # a moment after the first frame, until the store is open
         if action in ("step", "step_tick") and self.live is None:
             return self.bench.backend is not None  # arms step mode for the next session
         if action in LIVE_ACTIONS:

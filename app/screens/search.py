@@ -25,11 +25,12 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from app.actions import SEARCH_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.text import first_line, fit
-from storage import Session, TraceStore
+from storage import Session
 
 if TYPE_CHECKING:
     from agents.memory import Hit
     from agents.workbench import SharedMemory
+    from storage import TraceStore
 
 #: The most results a search shows.
 SEARCH_LIMIT = 30

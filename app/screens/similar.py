@@ -25,11 +25,12 @@ from app.actions import SIMILAR_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.screens.search import result_line
 from app.text import first_line
-from storage import Label, LabelScope, LabelValue, Node, Session, StoreError, TraceStore
+from storage import Label, LabelScope, LabelValue, Node, Session, StoreError
 
 if TYPE_CHECKING:
     from agents.memory import Hit
     from agents.workbench import SharedMemory
+    from storage import TraceStore
 
 #: The most similar blocks offered.
 SIMILAR_LIMIT = 20

@@ -10,7 +10,7 @@ closes. The dialog is dismissed with the queued `Job`, or None when left.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -25,9 +25,12 @@ from textual.worker import Worker, WorkerState
 from app.actions import TRAIN_CONFIRM_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.shared import report_failure
-from storage import Job, JobKind, TraceStore
+from storage import Job, JobKind
 from training.jobs import DEFAULT_LR, JobError, JobOptions, needed_labels_message, queue_job
 from training.rules import Counts
+
+if TYPE_CHECKING:
+    from storage import TraceStore
 
 KIND_HELP = {
     JobKind.SFT: "SFT: learn to write the blocks the labels call good",

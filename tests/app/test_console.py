@@ -21,6 +21,7 @@ from textual.widgets.tree import TreeNode
 from textual.worker import WorkerCancelled, WorkerFailed
 
 from agents.settings import Settings
+from app import exit_codes
 from app.console import FALLBACK_THEME, ConsoleApp
 from app.screens.label import LabelScreen
 from app.screens.main import MainScreen
@@ -219,6 +220,50 @@ async def test_sessions_are_listed_newest_updated_first(store: TraceStore, fille
         # lazy: nothing below a session is read before it is expanded
         assert trace_tree.traces == {}
         assert all(not node.children for node in trace_tree.root.children)
+
+
+async def test_a_database_opened_after_the_first_frame_is_read_and_closed_at_the_end(
+    db: Path, store: TraceStore, filled: Filled
+) -> None:
+    """The command line in a terminal gives the console a database, not a store: the first
+    frame is drawn with the tree loading and only quitting offered; then the store opens
+    in a worker, the sessions are read, and the store is closed when the console ends."""
+    store.close()
+    app = ConsoleApp(database=str(db), settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE) as pilot:
+        bench = app.workbench
+        if not bench.store_ready.is_set():  # the open is quick: seen when it is not done
+            assert tree(app).loading and app.sub_title == "opening the store…"
+            assert app.check_action("refresh", ()) is False
+            assert app.main.check_action("label", ()) is False
+        await pilot.pause()
+        await settle(app, pilot)
+        assert bench.store_ready.is_set() and not tree(app).loading
+        assert visible(app) == [
+            f"#{filled.first.id} fix the failing test  running",
+            f"#{filled.second.id} Second session  running",
+        ]
+        assert app.sub_title == app.store.where and str(db) in app.sub_title
+        assert app.check_action("refresh", ()) is True
+        assert db.with_name(db.name + "-wal").exists()
+    # closed: the last connection gone, SQLite folds the write-ahead log back and removes it
+    assert not db.with_name(db.name + "-wal").exists()
+
+
+async def test_a_database_that_cannot_be_opened_ends_the_console_with_exit_code_5(
+    tmp_path: Path,
+) -> None:
+    noise = tmp_path / "noise.db"
+    noise.write_bytes(b"\x01" * 8192)
+    app = ConsoleApp(database=str(noise), settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            if app.store_problem is not None:
+                break
+            await pilot.pause(0.02)
+    assert app.return_code == exit_codes.STORE
+    assert app.store_problem is not None and "not a SQLite database" in app.store_problem
+    assert noise.read_bytes() == b"\x01" * 8192
 
 
 async def test_expanding_a_session_loads_its_ticks_and_the_last_ticks_blocks(

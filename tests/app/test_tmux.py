@@ -246,3 +246,28 @@ def test_a_signal_ends_the_console_with_its_running_session_stored_aborted(
         (session,) = store.list_sessions()
         assert session.status is SessionStatus.ABORTED
         assert session.status_reason == f"stopped by {signum.name}"
+
+
+def test_a_store_that_cannot_be_opened_ends_the_console_in_a_terminal_with_exit_5(
+    tmux: Tmux, tmp_path: Path
+) -> None:
+    """In a terminal the store opens after the first frame; one that cannot be opened
+    still ends the command with exit code 5 and its one line, after the console has put
+    the terminal back, the file untouched. (Textual draws on stderr: kept in a file here,
+    the line is its last.)"""
+    noise = tmp_path / "noise.db"
+    noise.write_bytes(b"\x01" * 8192)
+    errors = tmp_path / "stderr.txt"
+    command = f"{SCRIPT} --db {noise} --backend none 2> {errors}"
+    tmux.start("sh", "-c", command)
+    deadline = time.monotonic() + TIMEOUT
+    while (status := tmux.exit_status()) is None:
+        assert time.monotonic() < deadline, tmux.screen()
+        time.sleep(0.1)
+    assert status == 5
+    written = errors.read_text()
+    assert written.count("agent-console: error: ") == 1 and "Traceback" not in written
+    last = re.sub(r"\x1b\[[0-9;?<>=$]*[A-Za-z]", "", written.splitlines()[-1]).strip()
+    assert last.startswith("agent-console: error: "), written[-500:]
+    assert str(noise) in last and "not a SQLite database" in last
+    assert noise.read_bytes() == b"\x01" * 8192
