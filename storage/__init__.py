@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
         return TraceStore
     raise AttributeError(f"module 'storage' has no attribute {name!r}")
 
+
 __all__ = [
     "BATCH_TASK_OPEN",
     "Actor",
