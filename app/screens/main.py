@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -179,24 +178,10 @@ class MainScreen(Screen[None]):
             self.live.stop()
 
     def show_model_state(self, loading: str | None = None) -> None:
-        """The status bar's model part: the model and adapter in use, why there is none,
-        or the model's loading step (`loading`)."""
+        """The status bar's model part (`loading`: the model's loading step, while it loads)."""
         found = self.query(StatusBar)
-        if not found:
-            return
-        status = found.first()
-        bench = self.bench
-        status.policy = bench.settings.approval
-        backend = bench.backend
-        if backend is not None:
-            status.backend, status.model = backend.name, backend.model
-            status.adapter = backend.active_adapter or ""
-        elif bench.model_problem is not None:
-            status.backend = "no model"
-        elif loading is not None:
-            status.backend = f"loading model: {loading}"
-        else:
-            status.backend = "loading model…"
+        if found:
+            found.first().show_model(self.bench, loading)
 
     # -- reading the store -------------------------------------------------------------
 
@@ -249,7 +234,7 @@ class MainScreen(Screen[None]):
             candidates.show(None, [])
             self.inspect(trace, entry.tick)
         elif isinstance(entry, SessionEntry):
-            view.update(session_summary(entry.session))
+            view.show_session(entry.session)
             candidates.show(None, [])
             self.inspected = None
             self.query_one(Inspector).show_tick(None, [], [])
@@ -800,17 +785,3 @@ class MainScreen(Screen[None]):
         if tree.last_line >= 0:
             tree.move_cursor(target, animate=False)
         tree.focus()
-
-
-def session_summary(session: Session) -> Group:
-    head = Text(f"session #{session.id} · {session.status.value}", style="bold")
-    where = " · ".join(
-        part
-        for part in (
-            session.backend or "",
-            session.model or "",
-            f"adapter {session.adapter}" if session.adapter else "",
-        )
-        if part
-    )
-    return Group(head, Text(where, style="dim"), Text(""), Text(session.task.strip()[:4000]))

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from storage import Label, Node
+from storage import Label, Node, Session
 
 from .trace_tree import STATUS_MARKS
 
@@ -44,6 +44,10 @@ class BlockView(Static):
             self.update(EMPTY)
             return
         self.update(render_block(node, label))
+
+    def show_session(self, session: Session) -> None:
+        """A session's line in the tree is highlighted: what it ran, and on what."""
+        self.update(session_summary(session))
 
 
 def render_block(node: Node, label: Label | None) -> RenderableType:
@@ -97,3 +101,17 @@ class Candidates(Static):
             line = Text(first, style=style, no_wrap=True, overflow="ellipsis")
             table.add_row(Text(mark), Text(score), line)
         self.update(Group(Text(f"{len(candidates)} candidates", style="bold"), table))
+
+
+def session_summary(session: Session) -> Group:
+    head = Text(f"session #{session.id} · {session.status.value}", style="bold")
+    where = " · ".join(
+        part
+        for part in (
+            session.backend or "",
+            session.model or "",
+            f"adapter {session.adapter}" if session.adapter else "",
+        )
+        if part
+    )
+    return Group(head, Text(where, style="dim"), Text(""), Text(session.task.strip()[:4000]))

@@ -3,9 +3,14 @@ and its mode, and the running training job."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from agents.workbench import Workbench
 
 #: A model path longer than this shows as its last two folders: a local model's absolute
 #: path would otherwise push the session's state off the end of the line.
@@ -32,6 +37,20 @@ class StatusBar(Static):
     #: what the agent is doing right now (the block being sampled), while it lasts
     activity: reactive[str] = reactive("")
     job: reactive[str] = reactive("")
+
+    def show_model(self, bench: Workbench, loading: str | None = None) -> None:
+        """The model and adapter in use, why there is none, or the model's loading step."""
+        self.policy = bench.settings.approval
+        backend = bench.backend
+        if backend is not None:
+            self.backend, self.model = backend.name, backend.model
+            self.adapter = backend.active_adapter or ""
+        elif bench.model_problem is not None:
+            self.backend = "no model"
+        elif loading is not None:
+            self.backend = f"loading model: {loading}"
+        else:
+            self.backend = "loading model…"
 
     def render(self) -> Text:
         line = Text()
