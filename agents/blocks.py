@@ -38,7 +38,10 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agents import example as worked_example
 
 if TYPE_CHECKING:
     from storage import Node
@@ -74,6 +77,20 @@ RUNTIME_KINDS = frozenset({GENESIS, TASK_REMINDER, OBSERVATION, ERROR, OPTION, O
 BLOCK_KINDS = MODEL_KINDS | RUNTIME_KINDS
 #: Blocks whose body is Python that runs in the sandbox.
 CODE_KINDS = frozenset({ACTION, OBSERVATION_INFERENCE, EVALUATION})
+
+#: The yes/no question the logit evaluator asks of each kind of block (`agents.ranking`),
+#: printed with its answer as the block's `#q:` line.
+QUESTIONS = {
+    ORIENTATION: "Does this orientation reason well about what to do next?",
+    ACTION: "Is this action likely to make progress on the task?",
+    BACKTRACK: "Does this backtrack block find a better way forward?",
+    DEBUG: "Does this debug block find the cause of the error?",
+    EXPECTATION: "Does this expectation say clearly how success and failure would look?",
+    OBSERVATION_INFERENCE: "Do these observation views help with the task?",
+    EVALUATION: "Do these evaluations check whether the action worked?",
+}
+OPTION_QUESTION = "Do the observation views need to change before the next tick?"
+OUTCOME_QUESTION = "Does this outcome match the expectation?"
 
 END_MARKER = "#endblock"
 #: Generation stops at any of these: the block's end, a new block, or a `#q:` line the
@@ -373,16 +390,56 @@ def head_within(text: str, limit: int, count: Callable[[str], int]) -> str:
     return text[:low]
 
 
+def _example_block(index: int, kind: str, body: str, **fields: object) -> str:
+    block: dict[str, object] = {"type": kind}
+    if kind != OUTCOME:
+        block["body"] = body
+    block.update(index=index, timestamp=worked_example.EPOCH + 7 * index, **fields)
+    return render_weave(block)
+
+
+@cache
+def example_text(version: int = worked_example.CURRENT) -> str:
+    """The worked example (`agents.example`), rendered as a session's blocks are: one fixed
+    text per version."""
+    if version != 1:
+        raise ValueError(f"no example version {version}")
+    ex = worked_example
+    genesis = GENESIS_TEMPLATE.format(
+        title=ex.TITLE,
+        prompt=ex.PROMPT,
+        workdir="/workspace",
+        files="notes.txt",
+        checks="count_is_right",
+    )
+    rows = [
+        ["action: Write the word count of notes.txt to count.txt", "12"],
+        ["count_is_right", "True"],
+        ["count.txt holds a number", "True"],
+    ]
+    block = _example_block
+    parts = [
+        block(0, GENESIS, genesis),
+        block(1, TASK_REMINDER, f"Task: {ex.TITLE}\n{ex.PROMPT}"),
+        block(2, OBSERVATION, "['notes.txt']", title="Files"),
+        block(3, ORIENTATION, ex.ORIENTATION, q=QUESTIONS[ORIENTATION], score=2.2),
+        block(4, ACTION, ex.ACTION, q=QUESTIONS[ACTION], score=2.9),
+        block(5, EXPECTATION, ex.EXPECTATION, q=QUESTIONS[EXPECTATION], score=1.7),
+        render_weave({"type": OPTION, "q": OPTION_QUESTION, "score": -1.3}),
+        block(7, EVALUATION, ex.EVALUATION, q=QUESTIONS[EVALUATION], score=1.9),
+        block(8, OUTCOME, "", table=rows, q=OUTCOME_QUESTION, score=2.4),
+    ]
+    return ex.START + "".join(parts) + ex.END
+
+
 def render_block(node: Node) -> str:
     """One stored block as the model sees it in its context (a body longer than its
     `CONTEXT_CHARS_META` cut to that; a genesis block with the worked example it was
     shown after, `agents.example`)."""
     block = to_weave(node)
     example = ""
-    if node.kind == GENESIS and isinstance(node.meta.get("example"), int):
-        from agents.example import example_text
-
-        example = example_text(node.meta["example"])
+    if node.kind == GENESIS and isinstance(node.meta.get(worked_example.EXAMPLE_META), int):
+        example = example_text(node.meta[worked_example.EXAMPLE_META])
     limit = node.meta.get(CONTEXT_CHARS_META)
     body = block.get("body")
     if isinstance(limit, int) and isinstance(body, str) and len(body) > limit:

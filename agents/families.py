@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.tasks import Task, TaskError, _register_checks
+from agents.task_spec import Task, TaskError, register_checks
 
 FAMILY_PREFIX = "family:"
 #: Seeds per family in the teaching/held-out split (any seed makes a variant).
@@ -562,7 +562,7 @@ def variant(family: str, seed: int) -> Variant:
         raise TaskError(f"{FAMILY_PREFIX}{family}: no such task family (families: {known})")
     made = FAMILIES[family].make(random.Random(f"{family}:{seed}"))
     source = f"{FAMILY_PREFIX}{family}:{seed}"
-    checks, names = _register_checks(Path(source), str(made["checks"]), lambda line: line)
+    checks, names = register_checks(Path(source), str(made["checks"]), lambda line: line)
     task = Task(
         name=f"{family}:{seed}",
         title=str(made["title"]),

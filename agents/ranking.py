@@ -18,18 +18,6 @@ from dataclasses import dataclass, field
 
 from agents import blocks
 
-QUESTIONS = {
-    blocks.ORIENTATION: "Does this orientation reason well about what to do next?",
-    blocks.ACTION: "Is this action likely to make progress on the task?",
-    blocks.BACKTRACK: "Does this backtrack block find a better way forward?",
-    blocks.DEBUG: "Does this debug block find the cause of the error?",
-    blocks.EXPECTATION: "Does this expectation say clearly how success and failure would look?",
-    blocks.OBSERVATION_INFERENCE: "Do these observation views help with the task?",
-    blocks.EVALUATION: "Do these evaluations check whether the action worked?",
-}
-OPTION_QUESTION = "Do the observation views need to change before the next tick?"
-OUTCOME_QUESTION = "Does this outcome match the expectation?"
-
 #: Answered examples the question follows, so the next token is a Yes or a No.
 CALIBRATION = "#q: Is Paris the capital of France? Yes.\n#q: Is seven an even number? No.\n"
 

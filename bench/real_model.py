@@ -126,7 +126,7 @@ def speed(model: Path, vllm: str | None) -> dict[str, Any]:
                 seed=run,
                 grammar=block_grammar(blocks.ACTION, 256),
             )
-            question = ranking.QUESTIONS[blocks.ACTION]
+            question = blocks.QUESTIONS[blocks.ACTION]
             backend.score_yes_no(
                 [ranking.question_prompt(block_prompt, c.text, question) for c in out]
             )
@@ -135,7 +135,7 @@ def speed(model: Path, vllm: str | None) -> dict[str, Any]:
         row["ranked_block_8x256_s"] = median(block_times)
         row["useful_token_share"] = median(useful)
         question = ranking.question_prompt(
-            prompt, "# I read the task and the file list first.", ranking.QUESTIONS["orientation"]
+            prompt, "# I read the task and the file list first.", blocks.QUESTIONS["orientation"]
         )
         scores[dtype] = backend.score_yes_no([question, ranking.CALIBRATION + "#q: Is 2 odd?"])
         backend.close()

@@ -139,7 +139,7 @@ class GateSteps(Sampling, KernelHost):
     def _operator_edit(self, action: Node, text: str) -> Node:
         """The operator's text as a new sibling of the model's action, scored like it."""
         prefix = prefix_before(self.path, action)
-        question = ranking.QUESTIONS[blocks.ACTION]
+        question = blocks.QUESTIONS[blocks.ACTION]
         earlier = earlier_texts(self.path)
         meta: dict[str, Any] = {}
         # The store keeps the whole edit (it is what runs); the context shows it capped.

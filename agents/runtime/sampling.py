@@ -32,7 +32,7 @@ class Sampling(Recording):
         self._await_step("block", kind)
         self._checkpoint()
         header = self._header(kind, tick)
-        question = ranking.QUESTIONS[kind]
+        question = blocks.QUESTIONS[kind]
         # the longest prompt built on this context: the header, a whole block, a question
         asked = ranking.question_prompt(header.text(), "", question)
         context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)

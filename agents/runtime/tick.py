@@ -81,7 +81,7 @@ class TickSteps(GateSteps, MemoryRecall):
         """The runtime asks whether the observation views need to change; when the model
         thinks so, it writes an observation-inference block."""
         header = self._header(blocks.OPTION, tick)
-        asked = f"{ranking.CALIBRATION}#q: {ranking.OPTION_QUESTION}"
+        asked = f"{ranking.CALIBRATION}#q: {blocks.OPTION_QUESTION}"
         context, collapsed = self._window.fit(self.path, asked, 0)
         prompt = context + asked
         log_odds = finite(self.backend.score_yes_no([prompt])[0])
@@ -95,7 +95,7 @@ class TickSteps(GateSteps, MemoryRecall):
                 status=NodeStatus.CHOSEN,
                 score=log_odds,
                 score_parts={"evaluator": log_odds},
-                meta={**header.meta(), "q": ranking.OPTION_QUESTION, "collapsed": collapsed},
+                meta={**header.meta(), "q": blocks.OPTION_QUESTION, "collapsed": collapsed},
             )
         )
         if log_odds > 0:
@@ -153,7 +153,7 @@ class TickSteps(GateSteps, MemoryRecall):
 
         header = self._header(blocks.OUTCOME, state.tick)
         table = blocks.outcome_table(rows)
-        asked = ranking.question_prompt(header.text(), table, ranking.OUTCOME_QUESTION)
+        asked = ranking.question_prompt(header.text(), table, blocks.OUTCOME_QUESTION)
         context, collapsed = self._window.fit(self.path, asked, 0)
         log_odds = finite(self.backend.score_yes_no([context + asked])[0])
         node = self._store_block(
@@ -167,7 +167,7 @@ class TickSteps(GateSteps, MemoryRecall):
                 score_parts={"evaluator": log_odds},
                 meta={
                     **header.meta(),
-                    "q": ranking.OUTCOME_QUESTION,
+                    "q": blocks.OUTCOME_QUESTION,
                     "collapsed": collapsed,
                     "table": [list(row) for row in rows],
                     "passed": passes,
@@ -183,7 +183,7 @@ class TickSteps(GateSteps, MemoryRecall):
             self._record_evaluation(node, name, EvaluationKind.CALLBACK, result)
         self._record(
             node,
-            ranking.OUTCOME_QUESTION,
+            blocks.OUTCOME_QUESTION,
             EvaluationKind.LOGIT,
             result=log_odds,
             passed=log_odds > 0,

@@ -77,7 +77,7 @@ def test_render_of_each_kind(store: TraceStore) -> None:
         2,
         score=1.2,
         score_parts={"evaluator": 1.46, "lint": -0.26},
-        meta={"q": ranking.QUESTIONS["action"]},
+        meta={"q": blocks.QUESTIONS["action"]},
     )
     err = _add(store, session, act, "error", "Traceback ...", 1, 3, author=Author.RUNTIME)
     opt = _add(
@@ -90,7 +90,7 @@ def test_render_of_each_kind(store: TraceStore) -> None:
         4,
         author=Author.RUNTIME,
         score_parts={"evaluator": -0.5},
-        meta={"q": ranking.OPTION_QUESTION},
+        meta={"q": blocks.OPTION_QUESTION},
     )
     nodes = {n.id: n for n in store.tree(session)}
     assert blocks.render_block(nodes[obs]).endswith(
@@ -103,7 +103,7 @@ def test_render_of_each_kind(store: TraceStore) -> None:
         "#endblock\n"
     )
     assert blocks.ERROR_WARNING in blocks.render_block(nodes[err])
-    assert blocks.render_block(nodes[opt]).startswith(f"#q: {ranking.OPTION_QUESTION} No. (")
+    assert blocks.render_block(nodes[opt]).startswith(f"#q: {blocks.OPTION_QUESTION} No. (")
 
 
 def _session_of_ticks(store: TraceStore, ticks: int) -> int:

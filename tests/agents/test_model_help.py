@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agents import blocks, ranking
-from agents.example import example_bodies, example_text
+from agents.blocks import example_text
+from agents.example import example_bodies
 from agents.grammar import block_grammar, lines_for
 from agents.runtime import RunOptions, auto_defaults
 from agents.settings import load_settings

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import blocks as k
-from agents.ranking import OPTION_QUESTION, OUTCOME_QUESTION, QUESTIONS
+from agents.blocks import OPTION_QUESTION, OUTCOME_QUESTION, QUESTIONS
 from storage import (
     Actor,
     Author,
