@@ -10,3 +10,4 @@ MODEL = 3  # no model can be loaded, served or reached
 TRUNCATED = 4  # --query: the session hit its tick or token limit
 STORE = 5  # the trace store can't be opened or is from a newer version
 INTERRUPTED = 130
+CLOSED_PIPE = 141  # the reader of its output went away (`| head`): as if killed by SIGPIPE

@@ -9,7 +9,9 @@ else is a bug, logged with its traceback to a file, reported in one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -43,7 +45,7 @@ AGENT_CONSOLE_MEMORY_K, AGENT_CONSOLE_MEMORY_TOKENS); flags win.
 
 exit codes: 0 ok (--query: the session completed), 1 internal error (traceback in the log
 file) or the session failed, 2 bad usage or config, 3 no model can be loaded or served,
-4 session truncated (tick or token limit), 5 trace store cannot be opened, 130 interrupted.
+4 session truncated (tick or token limit), 5 trace store cannot be opened, 130 interrupted, 141 the reader of the output went away.
 """
 
 
@@ -477,15 +479,32 @@ def log_crash() -> str:
         return "(the log file could not be written)"
 
 
+def closed_pipe() -> int:
+    """The reader of our output went away (`| head -1`): stop quietly, as a command
+    killed by SIGPIPE does. Standard output is pointed at /dev/null first, so that Python's
+    own flush at exit finds no broken pipe to complain about."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return exit_codes.CLOSED_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     # Start-up imports make hundreds of thousands of long-lived objects, and the collector
     # would walk them again and again (about a third of the console's time to its first
     # frame). It is back on once the console has drawn, or the command is running.
     gc.disable()
     try:
-        code = run(argv)
+        try:
+            code = run(argv)
+        except SystemExit as stop:  # argparse: --help, --version, a bad flag
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
     except KeyboardInterrupt:
         code = exit_codes.INTERRUPTED
+    except BrokenPipeError:
+        code = closed_pipe()
     except Exception as exc:
         where = log_crash()
         code = fail(

@@ -111,11 +111,42 @@ def test_help_mentions_every_option_setting_and_exit_code(tmp_path: Path) -> Non
         exit_codes.TRUNCATED: "session truncated",
         exit_codes.STORE: "trace store cannot be opened",
         exit_codes.INTERRUPTED: "interrupted",
+        exit_codes.CLOSED_PIPE: "the reader of the output went away",
     }
     flat = " ".join(out.split())
     assert "exit codes:" in flat
     for code, meaning in codes.items():
         assert f"{code} {meaning}" in flat
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("--version",), ("doctor",), ("adapters",), ("train", "status")],
+    ids=lambda args: " ".join(args),
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """`agent-console doctor | head -1`: the reader is gone before the command writes, as
+    when `head` has its line. The command stops with 141 (as one killed by SIGPIPE) and
+    says nothing: no traceback, no "internal error", no complaint at exit. (argparse's
+    own --help and --version drop a failed write themselves and exit 0.)"""
+    command = [str(SCRIPT), "--db", str(tmp_path / "traces.db"), *args]
+    proc = subprocess.Popen(
+        command,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    errors = proc.stderr.read().decode()
+    argparse_own = args[0] in ("--help", "--version")
+    expected = exit_codes.OK if argparse_own else exit_codes.CLOSED_PIPE
+    assert proc.wait(timeout=60) == expected, errors
+    assert "Traceback" not in errors and "error" not in errors.lower(), errors
 
 
 def test_help_does_not_create_any_folder(tmp_path: Path) -> None:
@@ -290,7 +321,7 @@ def test_relative_db_path_is_resolved_against_the_working_folder(
 
 def test_exit_codes_are_distinct() -> None:
     codes = {k: v for k, v in vars(exit_codes).items() if k.isupper()}
-    assert set(codes.values()) == {0, 1, 2, 3, 4, 5, 130}
+    assert set(codes.values()) == {0, 1, 2, 3, 4, 5, 130, 141}
     # one code per outcome; the only shared one: a failed session and a bug both exit 1
     assert [k for k, v in codes.items() if v == 1] == ["INTERNAL", "FAILED"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
