@@ -13,6 +13,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, TextIO
 
 from agents.events import (
@@ -37,13 +38,14 @@ def fail(message: str, code: int) -> int:
 
 
 class Progress:
-    """Prints one line per step on stderr (and every event as JSON on stdout with
-    --json)."""
+    """Prints one line per step on stderr, led by the seconds since the session started
+    (and every event as JSON on stdout with --json)."""
 
     def __init__(self, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr):
         self.as_json = as_json
         self.out = out
         self.err = err
+        self.started = time.monotonic()
         #: the block whose first tokens were shown (one line per block, not per token)
         self._streaming: tuple[int, str] | None = None
 
@@ -56,7 +58,7 @@ class Progress:
         else:
             line = progress_line(event)
         if line:
-            self.err.write(line + "\n")
+            self.err.write(f"{time.monotonic() - self.started:7.1f} s  {line}\n")
             self.err.flush()
 
     def describe_sampling(self, event: SamplingProgress) -> str | None:
@@ -155,15 +157,16 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
     if outcome.backend_error is not None:
         # the server went away mid-session: the blocks so far are stored, say how to go on
         sid = outcome.session_id
-        hint = f" (session {sid} is stored as failed: --resume {sid} continues it)" if sid else ""
+        hint = f" (session {sid} is stored as failed; to go on: {resume_command(args, sid)})"
+        hint = hint if sid else ""
         return fail(f"{outcome.backend_error}{hint}", exit_codes.MODEL)
     if not args.json:
         print(outcome.message, flush=True)
     if outcome.status is SessionStatus.ABORTED and outcome.session_id:
         sid = outcome.session_id
         print(
-            f"agent-console: session {sid} {outcome.reason or 'aborted'}: "
-            f"--resume {sid} continues it",
+            f"agent-console: session {sid} {outcome.reason or 'aborted'}; to go on: "
+            f"{resume_command(args, sid)}",
             file=sys.stderr,
             flush=True,
         )
@@ -172,3 +175,11 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
         SessionStatus.TRUNCATED: exit_codes.TRUNCATED,
         SessionStatus.ABORTED: exit_codes.INTERRUPTED,
     }.get(outcome.status, exit_codes.FAILED)
+
+
+def resume_command(args: argparse.Namespace, session_id: int) -> str:
+    """The command that continues session `session_id` (in the same store)."""
+    import shlex
+
+    db = f" --db {shlex.quote(args.db)}" if args.db else ""
+    return f"agent-console{db} --resume {session_id}"

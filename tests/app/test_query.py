@@ -4,6 +4,7 @@ sandbox, a real store; one exit code per way a session ends."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import sqlite3
@@ -21,6 +22,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 FAST = ("--candidates", "2", "--escalation", "", "--block-tokens", "24", "--max-ticks", "1")
+
+
+#: a progress line of `--query` on stderr: elapsed seconds, then what happened
+PROGRESS_LINE = re.compile(r"^ *(\d+\.\d) s  \S")
 
 
 def _task(tmp_path: Path, passes: bool) -> Path:
@@ -67,6 +72,11 @@ def test_completed_exits_0_and_prints_the_final_message(
     assert "Traceback" not in result.stderr
     assert result.stdout.strip() == ("session 1 completed after 1 ticks; 2/2 task checks passed")
     assert "tick 1 orientation chosen" in result.stderr  # progress on stderr
+    # every progress line leads with the seconds since the session started, rising
+    progress = [line for line in result.stderr.splitlines() if PROGRESS_LINE.match(line)]
+    assert any("tick 1 orientation chosen" in line for line in progress), result.stderr
+    seconds = [float(PROGRESS_LINE.match(line)[1]) for line in progress]  # type: ignore[index]
+    assert len(seconds) >= 5 and seconds == sorted(seconds) and seconds[-1] > 0
     assert _sessions(tmp_path) == [(1, "completed")]
     with sqlite3.connect(tmp_path / "traces.db") as db:
         chat = db.execute(
@@ -239,14 +249,16 @@ def _stopped_by(tmp_path: Path) -> list[tuple[int, str, str | None]]:
         )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 @pytest.mark.parametrize("phase", ["generating", "in the kernel"])
 def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
     tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals, phase: str
 ) -> None:
-    """SIGTERM or SIGHUP to `--query` ends it as Ctrl-C does: the session is stored as
-    aborted with the signal as its reason, the exit code is 130 and stderr says how to
-    resume it; also when the signal lands in the middle of the model's `generate` (long
+    """SIGTERM or SIGHUP to `--query` ends it as Ctrl-C (SIGINT) does: the session is
+    stored as aborted with the signal as its reason, the exit code is 130 and stderr gives
+    the command that resumes it; also when the signal lands in the middle of the model's `generate` (long
     blocks, sent just after the tick's first observation) or while the sandboxed kernel
     runs a task check that sleeps for minutes."""
     task = tmp_path / "slow.toml"
@@ -300,13 +312,16 @@ def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
     out, err = process.communicate(timeout=120)
     took = time.monotonic() - sent
     name = signal.Signals(signum).name
+    # Ctrl-C is the operator; the others name themselves
+    reason = "stopped by the operator" if signum == signal.SIGINT else f"stopped by {name}"
     assert process.returncode == exit_codes.INTERRUPTED, err
     assert "Traceback" not in err
-    assert _stopped_by(tmp_path) == [(1, "aborted", f"stopped by {name}")]
-    hint = f"agent-console: session 1 stopped by {name}: --resume 1 continues it"
+    assert _stopped_by(tmp_path) == [(1, "aborted", reason)]
+    resume = f"agent-console --db {tmp_path / 'traces.db'} --resume 1"  # the same store
+    hint = f"agent-console: session 1 {reason}; to go on: {resume}"
     assert hint in err.splitlines(), err
     end = json.loads(out.splitlines()[-1])
-    assert (end["event"], end["status"], end["reason"]) == ("end", "aborted", f"stopped by {name}")
+    assert (end["event"], end["status"], end["reason"]) == ("end", "aborted", reason)
     assert took < 60, took  # not after the block, nor after the check's four minutes
     with sqlite3.connect(tmp_path / "traces.db") as db:
         kinds = [kind for (kind,) in db.execute("select kind from node where tick = 1")]
