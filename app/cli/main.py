@@ -20,6 +20,7 @@ from app import __version__, exit_codes
 from app.cli.batch import add_batch_parser
 from app.cli.export import add_export_parser
 from app.cli.memory import add_memory_parser
+from app.cli.sessions import add_sessions_parser
 from app.cli.train import add_adapter_argument, add_train_parsers
 from app.cli.weave import add_import_parser
 
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_parser(commands)
     add_batch_parser(commands)
     add_memory_parser(commands)
+    add_sessions_parser(commands)
     add_train_parsers(commands)
     commands.add_parser(
         "doctor",
@@ -341,6 +343,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.cli.memory import run_memory
 
         return run_memory(args, settings)
+    if args.command == "sessions":
+        from app.cli.sessions import run_sessions
+
+        return run_sessions(args, settings)
     if args.query is not None or args.resume is not None:
         from app.cli.headless import run_query
 
