@@ -4,6 +4,7 @@ to fix each problem. Exit 0 when everything needed works, 1 otherwise."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from app import exit_codes
@@ -44,25 +45,18 @@ def run_doctor(settings: Settings) -> int:
                 "start one with `agent-console serve`, or give --base-url",
             )
         )
-    elif not model:
-        from agents.backends import DEFAULT_MODEL, hub_default_cached
-
-        if hub_default_cached():
-            print(line(True, "model", f"{kind} backend, {DEFAULT_MODEL} (in the cache)"))
-        else:
-            ok, detail = offline_model_line()
-            good &= ok
-            print(line(ok, "model", f"{kind} backend, {detail}", "make install"))
     else:
-        from agents.backends import BackendError
-        from agents.backends.serving import check_model_available
-
-        try:
-            check_model_available(model)
-            print(line(True, "model", f"{kind} backend, model {model}"))
-        except BackendError as exc:
-            good = False
-            print(line(False, "model", str(exc)))
+        ok, detail = _model_loads(settings)
+        good &= ok
+        print(
+            line(
+                ok,
+                "model",
+                f"{kind} backend, {detail}",
+                "give a model folder with --model PATH (`make install` fetches the offline "
+                "model), or a running server with --base-url URL",
+            )
+        )
     if model or kind == "openai":
         ok, detail = offline_model_line()
         print(line(ok, "offline model", detail, "make install"))
@@ -104,6 +98,27 @@ def offline_model_line() -> tuple[bool, str]:
     from agents.backends.offline import status_line
 
     return status_line()
+
+
+def _model_loads(settings: Settings) -> tuple[bool, str]:
+    """Load the model as a session would (converting the offline model first when it
+    must), then let it go: a name that is set is not a model that loads."""
+    from agents.backends import BackendError, open_backend
+
+    print("     loading the model to check it...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    try:
+        backend = open_backend(
+            settings, lambda step: print(f"     {step}", file=sys.stderr, flush=True)
+        )
+    except BackendError as exc:
+        return False, str(exc)
+    try:
+        took = time.monotonic() - started
+        size = f", {backend.parameters / 1e6:.0f}M parameters" if backend.parameters else ""
+        return True, f"{backend.model} loads on {backend.device} in {took:.1f} s{size}"
+    finally:
+        backend.close()
 
 
 def _gpus() -> str:

@@ -54,3 +54,27 @@ def test_a_file_that_is_not_a_store_and_a_silent_server_fail_with_fixes(tmp_path
     assert lines["sandbox"].startswith("ok ") and lines["disk"].startswith("ok ")
     assert db.read_bytes() == b"these are my notes, not a database" * 100  # left alone
     assert "Traceback" not in result.stderr
+
+
+def test_the_model_line_is_a_model_that_loads_not_a_name_that_is_set(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A folder that looks like a model (a config.json) but has no weights used to pass;
+    the model is now loaded as a session would load it."""
+    db = tmp_path / "traces.db"
+    TraceStore(db).close()
+    hollow = tmp_path / "hollow-model"
+    hollow.mkdir()
+    (hollow / "config.json").write_text('{"model_type": "qwen2"}')
+    for model, works in ((tiny_model_dir, True), (hollow, False)):
+        args = ("--backend", "transformers", "--model", str(model), "--db", str(db), "doctor")
+        result = _run(tmp_path, *args)
+        lines = _lines(result.stdout)
+        assert "Traceback" not in result.stderr
+        if works:
+            assert result.returncode == exit_codes.OK, result.stdout + result.stderr
+            assert lines["model"].startswith("ok ") and "loads on cpu in" in lines["model"]
+        else:
+            assert result.returncode == exit_codes.FAILED
+            assert lines["model"].startswith("FAIL ") and str(hollow) in lines["model"]
+            assert "fix: give a model folder with --model PATH" in result.stdout
