@@ -8,17 +8,17 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test test-fast lint bench install vllm tiny-model
+.PHONY: run test test-fast lint bench install vllm tiny-model system-run system-test
 
 # A model to try the console with where none can be downloaded: the tests' tiny Qwen2
 # (tests/support/tiny_model.py; random weights, ~3 MB, a few seconds), built into
 # TINY_MODEL. Then: make run ARGS="--model tiny-model --task fix_failing_test".
 TINY_MODEL ?= tiny-model
 
-run: $(STAMP)
+run: system-run $(STAMP)
 	$(BIN)/agent-console $(ARGS)
 
-test: $(STAMP) $(VLLM_STAMP) lint
+test: system-test $(STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The fast tier: the unit tests without servers, models, console processes or tmux, on two
@@ -44,6 +44,14 @@ bench: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python bench/batch.py --no-ray
 
 install: $(STAMP)
+
+# The system packages (scripts/system-packages): installed as root, else named with the
+# command that installs them.
+system-run:
+	@scripts/system-packages run
+
+system-test:
+	@scripts/system-packages test
 
 tiny-model: $(STAMP)
 	$(BIN)/python -c "from tests.support.tiny_model import build_tiny_model as b; \

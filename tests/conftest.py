@@ -46,6 +46,7 @@ FAST = (
     "tests/app/test_themes.py",
     "tests/app/test_actions.py",
     "tests/reliability/test_attack_table.py",
+    "tests/test_system_packages.py",
 )
 
 
