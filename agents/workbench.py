@@ -143,7 +143,7 @@ class Workbench:
     def session_refusal(self) -> str | None:
         """Why the operator's session cannot start now, or None."""
         if self.live is not None:
-            return "a session is running: stop it (x) before starting another"
+            return "a session is running: stop it (x on the main screen) before starting another"
         if self.backend is None:
             return self.no_model_reason()
         if self.comparing:
@@ -155,7 +155,7 @@ class Workbench:
         if self.backend is None:
             return self.no_model_reason()
         if self.live is not None:
-            return "a session is running: stop it (x) before switching the adapter"
+            return "a session is running: stop it (x on the main screen) before switching the adapter"
         if self.comparing:
             return "an A/B comparison is running: wait for it or stop it"
         return None

@@ -315,6 +315,7 @@ class MainScreen(Screen[None]):
         self.live = bench.live = LiveSession(
             self.store, backend, task, options, sessions_dir=settings.sessions_dir(), target=self
         )
+        self.forget_selection()  # the last session's block is not the new one's
         status = self.query_one(StatusBar)
         status.policy = options.approval
         status.session = "starting a session…"
@@ -326,6 +327,13 @@ class MainScreen(Screen[None]):
         self.run_session(self.live)
         self._working = self.set_interval(WORKING_EVERY, self.show_working)
         self.refresh_bindings()
+
+    def forget_selection(self) -> None:
+        """The block view, its candidates and the inspector back to empty."""
+        self.query_one(BlockView).show(None)
+        self.query_one(Candidates).show(None, [])
+        self.query_one(Inspector).show_tick(None, [], [])
+        self.inspected = None
 
     @work(thread=True, exit_on_error=False, group="session")
     def run_session(self, live: LiveSession) -> Outcome | None:
@@ -446,6 +454,8 @@ class MainScreen(Screen[None]):
         node = tree.add_session(session, first=True)
         tree.show_trace(SessionTrace(session))
         node.expand()
+        if self.live is not None and self.live.session_id == session_id:
+            tree.move_cursor(node, animate=False)  # the operator's new session, in view
         self.query_one(StatusBar).session = f"session {session_id}"
 
     def session_status(self, session_id: int, status: str, reason: str | None = None) -> None:

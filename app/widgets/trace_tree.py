@@ -37,6 +37,15 @@ GROUP_OVER = 200
 TICK_GROUP = 100
 
 
+def empty_lines() -> list[Text]:
+    """What an empty store shows: how to start the first session (the default keys)."""
+    return [
+        Text("no sessions yet", style="dim"),
+        Text.assemble(("i", "bold"), ("  type a task for the agent", "dim")),
+        Text.assemble(("ctrl+p", "bold"), ("  session: New … a shipped task", "dim")),
+    ]
+
+
 @dataclass(frozen=True)
 class SessionEntry:
     session: Session
@@ -160,7 +169,8 @@ class TraceTree(Tree[Entry]):
         self.traces.clear()
         self.session_nodes.clear()
         if not sessions:
-            self.root.add_leaf(Text("no sessions yet", style="dim"), data=None)
+            for line in empty_lines():
+                self.root.add_leaf(line, data=None)
         for session in sessions:
             self.add_session(session)
         self.cursor_line = 0
@@ -171,7 +181,7 @@ class TraceTree(Tree[Entry]):
             self.update_session(session)
             return self.session_nodes[session.id]
         if not self.session_nodes:
-            self.root.remove_children()  # the "no sessions yet" line
+            self.root.remove_children()  # the "no sessions yet" lines
         children = self.root.children
         before = children[0] if first and children else None
         node = self.root.add(

@@ -72,7 +72,10 @@ def test_who_may_sample_and_change_the_adapter_and_why_not(
 
             bench.live = Live()
             assert "a session is running" in (bench.session_refusal() or "")
-            assert "before switching the adapter" in (bench.adapter_busy() or "")
+            # said on the jobs screen and the palette too: it names where x stops it
+            assert (bench.adapter_busy() or "").endswith(
+                "stop it (x on the main screen) before switching the adapter"
+            )
             bench.live = None
 
             running = threading.Event()

@@ -33,6 +33,12 @@ from storage import NewNode, Node, NodeStatus, SessionStatus, TraceStore
 from tests.support.pilot import Notes
 
 SIZE = (120, 40)
+#: the tree of an empty store: how to start a session
+EMPTY_TREE = [
+    "no sessions yet",
+    "i  type a task for the agent",
+    "ctrl+p  session: New … a shipped task",
+]
 
 
 @pytest.fixture
@@ -383,10 +389,10 @@ async def test_an_empty_store(store: TraceStore) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        assert visible(app) == ["no sessions yet"]
+        assert visible(app) == EMPTY_TREE
         await pilot.press("space", "down", "enter")
         await settle(app, pilot)
-        assert visible(app) == ["no sessions yet"]
+        assert visible(app) == EMPTY_TREE
         assert "Select a block" in shown(app)
         assert inspected(app) == INSPECTOR_EMPTY
 
@@ -408,7 +414,7 @@ async def test_r_on_an_empty_store_then_filled(store: TraceStore) -> None:
     app = ConsoleApp(store=store, settings=Settings(backend="none"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        assert visible(app) == ["no sessions yet"]
+        assert visible(app) == EMPTY_TREE
         store.create_session("now there is one", title="One")
         await pilot.press("r")
         await settle(app, pilot)
@@ -478,7 +484,7 @@ async def test_an_unknown_theme_falls_back_with_an_error(store: TraceStore) -> N
         await settle(app, pilot)
         assert app.theme == FALLBACK_THEME == "textual-dark"
         assert notes.of("error") == ["unknown theme 'no-such-theme'; using textual-dark"]
-        assert visible(app) == ["no sessions yet"]
+        assert visible(app) == EMPTY_TREE
 
 
 async def test_a_builtin_textual_theme_by_name(store: TraceStore) -> None:

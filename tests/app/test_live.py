@@ -247,3 +247,34 @@ async def test_stop_while_the_modal_is_open_closes_it(
         assert reason
         line = app.main.query_one(TraceTree).session_nodes[session_id].label
         assert f"aborted: {reason}" in str(line), str(line)
+
+
+async def test_a_new_session_clears_the_last_sessions_block_from_view(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    """The block view, the candidates and the inspector showed the previous session's
+    block after a new session started; they now start empty with it."""
+    from app.widgets.block_view import EMPTY
+    from app.widgets.inspector import EMPTY as INSPECTOR_EMPTY
+    from tests.app.test_console import expand_first_session, inspected, select, shown
+    from tests.support.traces import build_session
+
+    earlier = build_session(store, blocks=12, seed=3, title="An earlier session")
+    last = store.tree(earlier)[-1]
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir, approval="deny"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
+        await expand_first_session(app, pilot)  # its last tick's blocks show
+        await select(app, pilot, last)
+        await until(pilot, lambda: f"#{last.id} " in shown(app), "the block in view")
+        await until(pilot, lambda: inspected(app) != INSPECTOR_EMPTY, "its tick inspected")
+        app.main.start_session(TASK)
+        assert shown(app).strip() == EMPTY and inspected(app) == INSPECTOR_EMPTY
+        live = app.main.live
+        assert live is not None
+        await until(pilot, lambda: live.session_id != 0, "the session to be stored")
+        # the tree follows the new session: its line is the one in view
+        await until(
+            pilot, lambda: shown(app).startswith(f"session #{live.session_id}"), "the new session"
+        )
+        await until(pilot, lambda: app.main.live is None, "the session to end")
