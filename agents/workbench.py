@@ -155,7 +155,9 @@ class Workbench:
         if self.backend is None:
             return self.no_model_reason()
         if self.live is not None:
-            return "a session is running: stop it (x on the main screen) before switching the adapter"
+            return (
+                "a session is running: stop it (x on the main screen) before switching the adapter"
+            )
         if self.comparing:
             return "an A/B comparison is running: wait for it or stop it"
         return None
