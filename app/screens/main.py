@@ -467,6 +467,9 @@ class MainScreen(Screen[None]):
             tree.update_session(
                 dataclasses.replace(trace.session, status=SessionStatus(status), settings=settings)
             )
+            cursor = tree.cursor_node
+            if cursor is not None and cursor is tree.session_nodes.get(session_id):
+                self.show_selected(cursor.data)  # its summary in view says the new status
         self.query_one(StatusBar).session = f"session {session_id} {status}"
 
     def ask_next(self) -> None:
