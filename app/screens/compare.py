@@ -308,7 +308,7 @@ def current_task(bench: Workbench, tree: TraceTree) -> Task | None:
     return bench.start_task
 
 
-def start_held_out(origin: Screen[None], tree: TraceTree) -> None:
+def start_held_out(origin: Screen[None]) -> None:
     """Pick the adapter, then run the held-out set with it and with the base."""
     from app.screens.held_out import HeldOutScreen
     from training.ab import held_out_variants

@@ -608,7 +608,7 @@ class MainScreen(Screen[None]):
     def action_compare_held_out(self) -> None:
         from app.screens.compare import start_held_out
 
-        start_held_out(self, self.query_one(TraceTree))
+        start_held_out(self)
 
     def action_compare(self) -> None:
         from app.screens.compare import start_comparison
