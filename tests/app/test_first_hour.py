@@ -73,6 +73,8 @@ AGENT = [
 ]
 #: The editor's second line (its number in the gutter, after the TextArea's border).
 EDITOR_LINE_2 = re.compile(r"▊\s+2 ")
+# The editor holding one empty line: its number, then nothing up to its right edge.
+EDITOR_EMPTY = re.compile(r"▊ +1 +▎")
 MODAL = re.compile(r"Approve action #(\d+)\?")
 HEADER = re.compile(r"#(\d+) ([a-z-]+) · tick (\d+)")
 
@@ -192,8 +194,12 @@ def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Pa
     # The editor empty before the paste: a binding (backspace is TextArea's delete_left)
     # runs when the key has bubbled up to the app, a paste where the TextArea gets it, so
     # a paste sent at once could land first and lose its last character to the backspace
-    # (seen on CI: the fix's closing parenthesis).
-    walk.wait("the emptied editor", lambda s: EDITOR_LINE_2.search(s) is None)
+    # (seen on CI: the fix's closing parenthesis). A one-line proposal has no line 2 before
+    # the backspace either, so the wait is for line 1 empty too.
+    walk.wait(
+        "the emptied editor",
+        lambda s: EDITOR_LINE_2.search(s) is None and EDITOR_EMPTY.search(s) is not None,
+    )
     # Pasted, as a newcomer brings a fix from their editor: one bracketed paste is one event.
     walk.paste("\n".join(FIX))
     walk.wait("the pasted fix", lambda s: FIX[-1] in s)
