@@ -82,6 +82,11 @@ class ApprovalRequest:
     alternates: Sequence[Node]
     #: why the operator is asked (the policy, or the score under the threshold)
     why: str
+    #: set when this is the tick's second (or later) try: which try, and why the last
+    #: one did not do (`try 2 of 3: action #12 failed: NameError: ...`)
+    retry: str | None = None
+    #: the session's last outcome before this action (what the checks said), if any
+    last_outcome: Node | None = None
     future: Future[Decision] = field(default_factory=Future)
 
     @property

@@ -41,6 +41,14 @@ def builtin_names() -> list[str]:
     return sorted({p.stem for p in BUILTIN_DIR.iterdir() if p.suffix in TASK_SUFFIXES})
 
 
+def startable_names() -> list[str]:
+    """What `load_task` starts by name: the shipped tasks, then each task family (a variant
+    at random)."""
+    from agents.families import FAMILY_PREFIX, family_names
+
+    return [*builtin_names(), *(f"{FAMILY_PREFIX}{name}" for name in family_names())]
+
+
 def builtin_tasks() -> list[Task]:
     """Every shipped task, sorted by name."""
     return [load_task(name) for name in builtin_names()]

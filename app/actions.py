@@ -86,11 +86,17 @@ def palette(actions: Iterable[Action]) -> tuple[Command, ...]:
 APP_ACTIONS = (
     Action("app.quit", "q", "quit", "Quit", "Leave the console (a running session is stopped)"),
     Action("app.refresh", "r", "refresh", "Refresh", "Reload sessions from the store"),
-)
+    Action(
+        "app.messages", "m", "messages", "Messages",
+        "The message log: every notification of this session in full; opening it dismisses "
+        "the toasts",
+    ),
+)  # fmt: skip
 
+#: Off the footer (every tree has them), so the screen's own keys fit in 80 columns.
 TREE_ACTIONS = (
-    Action("tree.home", "home", "first", "First", "Move to the first line"),
-    Action("tree.end", "end", "last", "Last", "Move to the last line"),
+    Action("tree.home", "home", "first", "First", "Move to the first line", show=False),
+    Action("tree.end", "end", "last", "Last", "Move to the last line", show=False),
 )
 
 MAIN_ACTIONS = (
@@ -113,6 +119,11 @@ MAIN_ACTIONS = (
     Action(
         "main.stop", "x", "stop", "Stop", "Abort the running session",
         palette="session: Stop",
+    ),
+    # Early: a narrow footer cuts the keys at its end, and this one lists them all.
+    Action(
+        "main.help", "question_mark,f1", "help", "Keys", "Show every key of this screen",
+        palette="help: Keys",
     ),
     Action(
         "main.label_good", "g", "label_good", "Good", "Label the selected block good",
@@ -173,10 +184,28 @@ MAIN_ACTIONS = (
         "Base and adapter alone on task-family variants never taught, with pass rates",
     ),
     command("view: Jump to the end", "last", "Move to the last line of the tree"),
-    Action("main.tree", "escape", "tree", "Tree", "Back to the tree", show=False),
+    command(
+        "view: Messages", "app.messages",
+        "The message log: every notification of this session in full",
+    ),
     Action(
-        "main.help", "question_mark,f1", "help", "Keys", "Show every key of this screen",
-        palette="help: Keys",
+        "main.decide", "d", "decide", "Decide",
+        "Back to the action that waits for your decision", palette="main: Decide",
+    ),
+    Action("main.tree", "escape", "tree", "Tree", "Back to the tree", show=False),
+)  # fmt: skip
+
+#: The chat input takes every letter while it has focus: its keys are the ones that still
+#: work there, so the footer keeps a way back to the tree (where the letters work) and out.
+CHAT_ACTIONS = (
+    Action(
+        "chat.tree", "escape", "screen.tree", "Tree",
+        "Leave the chat input for the tree, where the letter keys (step, run, pause…) work",
+    ),
+    # Priority, as Textual's own (hidden) ctrl+q is: the footer shows this one.
+    Action(
+        "chat.quit", "ctrl+q", "app.quit", "Quit",
+        "Leave the console (a running session is stopped)", priority=True,
     ),
 )  # fmt: skip
 
@@ -224,7 +253,8 @@ APPROVAL_ACTIONS = (
     # Priority: the code editor would otherwise take escape to move focus.
     Action(
         "approval.back", "escape", "back", "Back",
-        "Leave editing or rejecting; nothing is decided",
+        "Leave editing or rejecting; while viewing, close the panel to look around: the "
+        "decision waits (d on the main screen comes back to it)",
         palette="approval: Back", priority=True,
     ),
     *(
@@ -404,12 +434,21 @@ SIMILAR_ACTIONS = (
 
 HELP_ACTIONS = (Action("help.close", "escape,q,question_mark", "close", "Close", "Close help"),)
 
+MESSAGES_ACTIONS = (
+    Action("messages.back", "escape", "back", "Back", "Close the message log"),
+    Action(
+        "messages.older", "o", "older", "Older",
+        "Show the page of messages before the oldest shown (it opens on the newest)",
+    ),
+)  # fmt: skip
+
 #: Every table, under the name of where its keys apply (the docs' "where" column), in the
 #: order the docs list them.
 TABLES: dict[str, tuple[Action, ...]] = {
     "anywhere": APP_ACTIONS,
     "tree": TREE_ACTIONS,
     "main screen": MAIN_ACTIONS,
+    "chat input": CHAT_ACTIONS,
     "approval": APPROVAL_ACTIONS,
     "labelling": LABEL_ACTIONS,
     "train dialog": TRAIN_CONFIRM_ACTIONS,
@@ -422,6 +461,7 @@ TABLES: dict[str, tuple[Action, ...]] = {
     "search": SEARCH_ACTIONS,
     "similar branches": SIMILAR_ACTIONS,
     "help": HELP_ACTIONS,
+    "message log": MESSAGES_ACTIONS,
 }
 
 

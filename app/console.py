@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, ClassVar
 from textual import events, on, work
 from textual.app import App
 from textual.binding import BindingType
+from textual.notifications import SeverityLevel
 from textual.worker import Worker
 
 from agents.settings import Settings
 from agents.workbench import Workbench
 from app import collector, exit_codes, shared
 from app.actions import APP_ACTIONS, binding_ids, bindings
+from app.message_log import MessageLog
 from app.messages import UseAdapter
 from app.screens.main import MainScreen
 from app.themes import load_themes
@@ -44,6 +46,8 @@ OPERATOR_EVENTS = (events.InputEvent, events.Paste)
 
 #: How long an ending signal waits for the running session to store its end.
 ENDING_WAIT_SECONDS = 20.0
+#: An error's toast stays this long (a week: until clicked, or the message log is opened).
+ERROR_TIMEOUT = 7 * 24 * 3600.0
 
 
 class ConsoleApp(App[None]):
@@ -68,6 +72,8 @@ class ConsoleApp(App[None]):
         cannot be opened then ends the console with exit code 5, `store_problem` saying
         why)."""
         super().__init__()
+        #: every notification of the session, in full (the `m` key shows it)
+        self.message_log = MessageLog()
         if store is None and database is None:
             raise ValueError("ConsoleApp needs a store or a database to open")
         self.database = database
@@ -166,8 +172,9 @@ class ConsoleApp(App[None]):
             self.push_screen(LabelScreen(self.store, self.label_session))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Until the store is open (a moment after the first frame) only leaving works.
-        return action == "quit" or self.workbench.store_ready.is_set()
+        # Until the store is open (a moment after the first frame) only leaving and the
+        # message log work.
+        return action in ("quit", "messages") or self.workbench.store_ready.is_set()
 
     def catch_ending_signals(self) -> None:
         """SIGTERM and SIGHUP (the terminal went away) end the console as quitting does,
@@ -313,6 +320,33 @@ class ConsoleApp(App[None]):
 
     def action_refresh(self) -> None:
         self.main.load_sessions()
+
+    # -- notifications and the message log --------------------------------------------------
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification (a screen's or a widget's comes here too) is kept in the
+        message log in full; an error's toast stays until dismissed."""
+        self.message_log.add(message, title=title, severity=severity, markup=markup)
+        if severity == "error":
+            timeout = ERROR_TIMEOUT
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def action_messages(self) -> None:
+        """Open the message log (dismissing the toasts), or close it when it is open."""
+        from app.screens.messages import MessagesScreen
+
+        if isinstance(self.screen, MessagesScreen):
+            self.screen.action_back()
+        else:
+            self.push_screen(MessagesScreen(self.message_log))
 
     # -- training and adapters ------------------------------------------------------------
 

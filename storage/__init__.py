@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from storage.checks import CheckCounts, Checked, CheckVerdict, check_verdict, count_checks
 from storage.domain import (
     BATCH_TASK_OPEN,
     Actor,
@@ -60,6 +61,9 @@ __all__ = [
     "BatchStatus",
     "BatchTask",
     "BatchTaskStatus",
+    "CheckCounts",
+    "CheckVerdict",
+    "Checked",
     "DecidedNode",
     "Decision",
     "EvaluationKind",
@@ -83,5 +87,7 @@ __all__ = [
     "StoreError",
     "TraceStore",
     "Verdict",
+    "check_verdict",
+    "count_checks",
     "with_status_reason",
 ]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from sqlalchemy import Column, Row, Select, case, func, or_, select, union
+from sqlalchemy import Column, Row, Select, and_, case, func, or_, select, union
 
 from storage import converters as cv
 from storage import domain as d
+from storage.checks import CheckCounts
 from storage.store_base import (
     StoreBase,
     _latest_label,
@@ -181,17 +182,15 @@ class BulkReadsMixin(StoreBase):
         with self._read() as conn:
             return [cv.to_node(r) for r in conn.execute(stmt)]
 
-    def session_evaluation_marks(self, session_id: int) -> dict[int, bool]:
-        """Per block of a session that has evaluation callbacks: whether any of them
-        failed or raised (True) or all passed (False). One query, for the tree's marks."""
-        failed = func.max(
-            case(
-                (or_(evaluation_t.c.passed.is_(False), evaluation_t.c.error.is_not(None)), 1),
-                else_=0,
-            )
-        )
+    def session_evaluation_marks(self, session_id: int) -> dict[int, CheckCounts]:
+        """Per block of a session that has evaluation callbacks: how many passed, failed
+        and raised (`storage.checks`, which the inspector counts with too). One query, for
+        the tree's marks and its ticks' "N/M checks passed"."""
+        raised = evaluation_t.c.error.is_not(None)
+        errored = func.sum(case((raised, 1), else_=0))
+        passed = func.sum(case((and_(~raised, evaluation_t.c.passed.is_(True)), 1), else_=0))
         stmt = (
-            select(evaluation_t.c.node_id, failed)
+            select(evaluation_t.c.node_id, passed, errored, func.count())
             .join(node_t, node_t.c.id == evaluation_t.c.node_id)
             .where(
                 node_t.c.session_id == session_id,
@@ -200,7 +199,10 @@ class BulkReadsMixin(StoreBase):
             .group_by(evaluation_t.c.node_id)
         )
         with self._read() as conn:
-            return {node_id: bool(bad) for node_id, bad in conn.execute(stmt)}
+            return {
+                node_id: CheckCounts(int(ok), int(total - ok - bad), int(bad))
+                for node_id, ok, bad, total in conn.execute(stmt)
+            }
 
     def tree_outline(self, session_id: int) -> list[NodeOutline]:
         """Every node of a session as its place in the tree and its verdict fields, in id

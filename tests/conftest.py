@@ -35,6 +35,7 @@ from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 FAST = (
     "tests/storage/test_store.py",
     "tests/storage/test_batches.py",
+    "tests/storage/test_checks.py",
     "tests/support/",
     "tests/training/test_rules.py",
     "tests/agents/test_tasks.py",

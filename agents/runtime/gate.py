@@ -28,6 +28,20 @@ class Regenerate:
     """The operator asked for the action to be sampled again."""
 
 
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The gate refused the action; nothing ran."""
+
+    reason: str
+
+
+def last_line(error: str) -> str:
+    """A traceback's last line (`NameError: name 'x' is not defined`), cut to a line."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else "no error text"
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
 @dataclass(slots=True)
 class Attempt:
     node: Node
@@ -47,14 +61,18 @@ class TickState:
 class GateSteps(Sampling, KernelHost):
     def _act(self, state: TickState) -> None:
         attempts = 0
+        #: why the last try did not do, for the next request to say
+        missed: str | None = None
         while attempts < self.options.attempts:
             action, alternates = self._generate(blocks.ACTION, state.tick)
             expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
-            chosen = self._ask(action, expectation, alternates, state.tick)
+            retry = f"try {attempts + 1} of {self.options.attempts}: {missed}" if missed else None
+            chosen = self._ask(action, expectation, alternates, state.tick, retry)
             if isinstance(chosen, Regenerate):
                 continue  # the operator's call: it costs no attempt
-            if chosen is None:
+            if isinstance(chosen, Rejected):
                 attempts += 1
+                missed = f"action #{action.id} was rejected ({chosen.reason})"
                 continue
             result = self._run_action(chosen)
             if result.ok:
@@ -63,22 +81,37 @@ class GateSteps(Sampling, KernelHost):
             self._update(chosen, NodeStatus.FAILED, result)
             state.failed_attempts += 1
             attempts += 1
+            missed = f"action #{chosen.id} failed: {last_line(result.error or 'no error text')}"
             self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
             if attempts < self.options.attempts:
                 self._generate(blocks.DEBUG, state.tick)
 
     def _ask(
-        self, action: Node, expectation: Node, alternates: Sequence[Node], tick: int
-    ) -> Node | Regenerate | None:
-        """The gate's verdict, stored; the node to run, None when rejected, or
-        `Regenerate` when the operator wants new candidates."""
+        self,
+        action: Node,
+        expectation: Node,
+        alternates: Sequence[Node],
+        tick: int,
+        retry: str | None = None,
+    ) -> Node | Regenerate | Rejected:
+        """The gate's verdict, stored; the node to run, `Rejected`, or `Regenerate` when
+        the operator wants new candidates."""
         policy = self.gate.policy
         why = (
             f"the approval policy is `{policy.value}`"
             if policy is not Policy.EVALUATED
             else f"score {action.score or 0.0:.2f} is under {self.gate.threshold:g}"
         )
-        request = ApprovalRequest(self.session_id, action, expectation, alternates, why)
+        outcomes = (n for n in reversed(self.path) if n.kind == blocks.OUTCOME)
+        request = ApprovalRequest(
+            self.session_id,
+            action,
+            expectation,
+            alternates,
+            why,
+            retry=retry,
+            last_outcome=next(outcomes, None),
+        )
         asking = self.gate.needs_operator(request) and self.gate.asker is not None
         if asking:
             self._set_status(SessionStatus.WAITING, "waiting for the operator")
@@ -95,7 +128,7 @@ class GateSteps(Sampling, KernelHost):
         action: Node,
         alternates: Sequence[Node],
         tick: int,
-    ) -> Node | Regenerate | None:
+    ) -> Node | Regenerate | Rejected:
         verdict = decision.verdict
         if verdict is Verdict.REGENERATE:
             self._decision(action, verdict, actor, reason=decision.reason)
@@ -116,7 +149,7 @@ class GateSteps(Sampling, KernelHost):
                 tick,
                 title="Operator feedback",
             )
-            return None
+            return Rejected(reason)
         # An edit or a picked alternate replaces the action (and its expectation) on the
         # path; the model writes the expectation again for what will really run.
         del self.path[-2:]

@@ -8,6 +8,11 @@ its own.
 Three modes share one screen: viewing the candidates, editing the action, typing a reason
 to reject it. `check_action` ties every binding to a mode, so the footer (and the command
 palette) only offer what applies now.
+
+The screen is a panel over the main screen's right side: the trace tree and the status bar
+stay in sight while the operator decides, and the panel itself shows the candidates, the
+expectation and the session's last outcome. Escape sets the decision aside (`set_aside`):
+the screen closes with no decision and whoever pushed it keeps the request pending.
 """
 
 from __future__ import annotations
@@ -124,6 +129,8 @@ class ApprovalScreen(ModalScreen[Decision]):
         self.highlighted = 0
         #: closed with `x`: whoever pushed the modal stops the session
         self.stop_requested = False
+        #: closed with escape: the decision stays pending, to be taken up again
+        self.set_aside = False
 
     # -- layout -------------------------------------------------------------------------
 
@@ -131,21 +138,24 @@ class ApprovalScreen(ModalScreen[Decision]):
         action = self.request.action
         with Vertical(id="approval-dialog") as dialog:
             dialog.border_title = f"Approve action #{action.id}? · tick {action.tick}"
+            dialog.border_subtitle = "esc: decide later (d comes back)"
             yield Static(Text(self.request.why), id="approval-why")
-            with Horizontal(id="approval-body"):
-                with Vertical(id="approval-main"):
-                    yield Static(id="approval-score")
-                    with VerticalScroll(id="approval-code-scroll"):
-                        yield Static(id="approval-code")
-                    yield Static(id="approval-capped")
-                    yield TextArea.code_editor("", language="python", id="approval-editor")
-                with Vertical(id="approval-side"):
-                    with VerticalScroll(id="approval-expectation-scroll") as scroll:
-                        scroll.border_title = "expectation"
-                        yield Static(self.expectation_text(), id="approval-expectation")
-                    candidates = OptionList(*self.candidate_options(), id="approval-candidates")
-                    candidates.border_title = f"candidates ({len(self.request.alternates)} alt)"
-                    yield candidates
+            retry = Static(Text(f"retry · {self.request.retry}"), id="approval-retry")
+            retry.display = self.request.retry is not None
+            yield retry
+            yield Static(id="approval-score")
+            with VerticalScroll(id="approval-code-scroll"):
+                yield Static(id="approval-code")
+            yield Static(id="approval-capped")
+            yield TextArea.code_editor("", language="python", id="approval-editor")
+            with Horizontal(id="approval-side"):
+                with VerticalScroll(id="approval-expectation-scroll") as scroll:
+                    scroll.border_title = "expectation · last outcome"
+                    yield Static(self.expectation_text(), id="approval-expectation")
+                    yield Static(self.outcome_text(), id="approval-outcome")
+                candidates = OptionList(*self.candidate_options(), id="approval-candidates")
+                candidates.border_title = f"candidates ({len(self.request.alternates)} alt)"
+                yield candidates
             yield Input(placeholder="why reject it? (enter confirms, escape goes back)",
                         id="approval-reason")  # fmt: skip
         yield Footer()
@@ -156,6 +166,19 @@ class ApprovalScreen(ModalScreen[Decision]):
             return Text("no expectation was written for this action", style="dim italic")
         head, note = capped(expectation.text)
         return Text(head + (f"\n\n[{note}]" if note else ""))
+
+    def outcome_text(self) -> Text:
+        """The session's last outcome: what the checks said before this action."""
+        outcome = self.request.last_outcome
+        if outcome is None:
+            return Text("\nno outcome yet in this session", style="dim italic")
+        head, note = capped(outcome.text.strip())
+        text = Text(f"\nlast outcome (tick {outcome.tick})", style="bold")
+        meta = outcome.meta
+        if meta.get("task_total"):
+            text.append(f" · {meta['task_passed']}/{meta['task_total']} task checks passed")
+        text.append("\n" + head + (f"\n\n[{note}]" if note else ""), style="")
+        return text
 
     def candidate_options(self) -> list[Option]:
         options = []
@@ -227,8 +250,6 @@ class ApprovalScreen(ModalScreen[Decision]):
             self.query_one("#approval-candidates", OptionList).focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "back":
-            return self.mode is not Mode.VIEW
         wanted = ACTION_MODES.get(action)
         if wanted is None:
             return True
@@ -334,7 +355,13 @@ class ApprovalScreen(ModalScreen[Decision]):
         self.action_confirm_reject()
 
     def action_back(self) -> None:
-        """Back to viewing; an edit in progress is discarded."""
+        """Back to viewing (an edit in progress is discarded); from viewing, the panel
+        closes with nothing decided and the request stays pending."""
+        if self.mode is Mode.VIEW:
+            if self.is_current:
+                self.set_aside = True
+                self.dismiss(None)
+            return
         if self.mode is Mode.EDIT:
             self.query_one("#approval-editor", TextArea).load_text("")
         self.mode = Mode.VIEW

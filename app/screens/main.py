@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
+from app.job_watch import JobWatch, ending_note
 from app.messages import (
     ApprovalRequested,
     LiveAgentMessage,
@@ -37,9 +38,10 @@ from app.messages import (
     LiveStatusChanged,
     LiveStepWaiting,
 )
+from app.screens.asking import Asking
 from app.shared import report_failure, workbench
 from app.widgets.block_view import BlockView, Candidates
-from app.widgets.chat import ChatLog
+from app.widgets.chat import ChatInput, ChatLog
 from app.widgets.inspector import Inspector
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import (
@@ -65,7 +67,6 @@ from storage import (
 )
 
 if TYPE_CHECKING:
-    from agents.approval import ApprovalRequest, Decision
     from agents.memory import Hit
     from agents.runtime import Outcome
     from agents.tasks import Task
@@ -90,9 +91,10 @@ class MainCommands(ScreenCommands):
 
     def entries(self) -> Iterable[Command]:
         yield from self.ENTRIES
-        screen = self.screen
-        if isinstance(screen, MainScreen):
-            for name in screen.task_names():
+        from agents.tasks import startable_names
+
+        if isinstance(self.screen, MainScreen):
+            for name in startable_names():
                 yield (f"session: New {name}", f"new_task('{name}')", f"Start the task {name}")
 
 
@@ -103,8 +105,8 @@ class MainScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.live: LiveSession | None = None
-        self.pending: list[ApprovalRequest] = []
-        self.asking: ApprovalRequest | None = None
+        #: the live session's approval requests: asked, set aside or waiting
+        self.asking = Asking(self)
         self.inspected: tuple[int, int] | None = None
         self.given: list[Label] = []
         #: step mode asked for before a session runs: the next session starts in it
@@ -117,9 +119,13 @@ class MainScreen(Screen[None]):
         #: when the live session last said anything, and whether it now waits for a key
         self._quiet_since = 0.0
         self._awaiting_operator = False
+        #: what the status bar says of a decision waiting off screen
+        self._pending_note = ""
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
+        #: the training jobs seen running, to tell each one's end once
+        self.job_watch = JobWatch()
 
     @property
     def bench(self) -> Workbench:
@@ -145,7 +151,7 @@ class MainScreen(Screen[None]):
                     yield Inspector(id="inspector")
         with Vertical(id="chat"):
             yield ChatLog(id="chat-log")
-            yield Input(
+            yield ChatInput(
                 placeholder="Message the agent (a new session when none runs) · Enter sends",
                 id="chat-input",
             )
@@ -281,15 +287,11 @@ class MainScreen(Screen[None]):
         elif jobs:
             text = f"training {jobs[0].name} {jobs[0].progress:.0%}"
         self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
+        for job in self.job_watch.ended(self.store):
+            note, severity = ending_note(job)
+            self.app.call_from_thread(self.notify, note, severity=severity, markup=False)
 
     # -- live sessions ---------------------------------------------------------------------
-
-    def task_names(self) -> list[str]:
-        """The shipped tasks, and each task family (a variant at random)."""
-        from agents.families import FAMILY_PREFIX, family_names
-        from agents.tasks import builtin_names
-
-        return [*builtin_names(), *(f"{FAMILY_PREFIX}{name}" for name in family_names())]
 
     def action_new_task(self, name: str) -> None:
         from agents.tasks import TaskError, load_task
@@ -367,8 +369,7 @@ class MainScreen(Screen[None]):
     def on_live_evaluation_recorded(self, message: LiveEvaluationRecorded) -> None:
         event = message.event
         if event.kind is EvaluationKind.CALLBACK:
-            failed = not event.passed or bool(event.error)
-            self.query_one(TraceTree).set_evaluation(event.session_id, event.node_id, failed)
+            self.query_one(TraceTree).set_evaluation(event.session_id, event.node_id, event)
         self._evaluated.append((event.session_id, event.node_id))
         self._update_tree_later()
 
@@ -384,9 +385,8 @@ class MainScreen(Screen[None]):
         )
 
     def on_approval_requested(self, message: ApprovalRequested) -> None:
-        self.pending.append(message.request)
-        self.ask_next()
         self._heard(None)
+        self.asking.arrived(message.request)
 
     def _heard(self, event: RuntimeEvent | None) -> None:
         """The agent reported `event` (None: it asks for approval)."""
@@ -396,7 +396,7 @@ class MainScreen(Screen[None]):
         if not isinstance(event, SamplingProgress):
             status.activity = ""
         if not self._awaiting_operator and self.live is not None:
-            status.mode = self.live.mode
+            status.mode = self.mode_line()
 
     def show_working(self) -> None:
         """While the agent works on a block (the model sampling, an action running) and
@@ -407,8 +407,7 @@ class MainScreen(Screen[None]):
             live is None
             or live.paused
             or self._awaiting_operator
-            or self.asking is not None
-            or self.pending
+            or self.asking.busy
             or quiet < QUIET_AFTER
         ):
             return
@@ -472,28 +471,23 @@ class MainScreen(Screen[None]):
                 self.show_selected(cursor.data)  # its summary in view says the new status
         self.query_one(StatusBar).session = f"session {session_id} {status}"
 
-    def ask_next(self) -> None:
-        if self.asking is not None or not self.pending:
-            return
-        from app.screens.approval import ApprovalScreen
+    # -- approval requests (`Asking` shows them; these are what it asks of the screen) ------
 
-        request = self.pending.pop(0)
-        if request.future.done():
-            return
-        self.asking = request
-        screen = ApprovalScreen(request)
+    @property
+    def paused(self) -> bool:
+        return self.live is not None and self.live.paused
 
-        def answered(decision: Decision | None) -> None:
-            self.asking = None
-            self._quiet_since = time.monotonic()  # the agent works again from now
-            if decision is not None and not request.future.done():
-                request.future.set_result(decision)
-            if screen.stop_requested:
-                self.action_stop()
-                return
-            self.ask_next()
+    def decision_pending(self, note: str) -> None:
+        self._pending_note = note
+        self._show_mode()
+        self.refresh_bindings()
 
-        self.app.push_screen(screen, answered)
+    def decided(self, *, stop: bool) -> None:
+        self._quiet_since = time.monotonic()  # the agent works again from now
+        self._show_mode()
+        if stop:
+            self.action_stop()
+        self.refresh_bindings()
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
@@ -509,7 +503,7 @@ class MainScreen(Screen[None]):
             self._working.stop()
             self._working = None
         self.update_tree()  # the session's last messages came before this one
-        self.close_stale_approval()
+        self.asking.close()
         status = self.query_one(StatusBar)
         status.mode = status.activity = ""
         outcome = event.worker.result if event.state is WorkerState.SUCCESS else None
@@ -526,16 +520,6 @@ class MainScreen(Screen[None]):
             status.session = "session failed"
         self.refresh_bindings()
 
-    def close_stale_approval(self) -> None:
-        """The session ended (or was stopped) while its request was on screen."""
-        from app.screens.approval import ApprovalScreen
-
-        self.pending.clear()
-        screen = self.app.screen
-        if isinstance(screen, ApprovalScreen) and self.asking is not None:
-            self.asking = None
-            screen.dismiss(None)
-
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -551,6 +535,8 @@ class MainScreen(Screen[None]):
             return bool(self.given) or None
         if action == "similar":
             return self._selected_label() is not None
+        if action == "decide":
+            return self.asking.can_take_up
         if action == "compare":
             if self.bench.backend is None:
                 return False  # no model, no comparison: off the footer
@@ -573,16 +559,23 @@ class MainScreen(Screen[None]):
         if not self.live.step(unit):
             self.notify(how, markup=False)
         self._show_mode()
+        self.asking.next()
 
     def action_run(self) -> None:
         if self.live is not None:
             self.live.run_freely()
         self._show_mode()
+        self.asking.next()
 
     def action_pause(self) -> None:
         if self.live is not None:
             self.live.toggle_pause()
         self._show_mode()
+        self.asking.next()  # resumed: a proposal the pause held is asked now
+
+    def action_decide(self) -> None:
+        if not self.asking.take_up():
+            self.notify("no action waits for a decision", markup=False)
 
     def action_stop(self) -> None:
         if self.live is not None:
@@ -592,7 +585,14 @@ class MainScreen(Screen[None]):
     def _show_mode(self) -> None:
         self._quiet_since = time.monotonic()
         self._awaiting_operator = False
-        self.query_one(StatusBar).mode = self.live.mode if self.live is not None else ""
+        self.query_one(StatusBar).mode = self.mode_line()
+
+    def mode_line(self) -> str:
+        """The live session's mode, and a decision that waits off screen, if one does."""
+        if self.live is None:
+            return ""
+        pending = self.asking.can_take_up and self._pending_note
+        return f"{self.live.mode} · {self._pending_note}" if pending else self.live.mode
 
     def action_chat(self) -> None:
         self.query_one("#chat-input", Input).focus()

@@ -16,10 +16,10 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Label, RadioButton, RadioSet, Static
+from textual.widgets import Button, Footer, Input, Label, RadioButton, RadioSet, Static
 from textual.worker import Worker, WorkerState
 
 from app.actions import TRAIN_CONFIRM_ACTIONS, bindings, palette
@@ -75,8 +75,15 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
         self.kto_counts: tuple[int, int] = (0, 0)
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="train-dialog") as dialog:
+        # The dialog scrolls in a short terminal; why the job cannot be queued and the
+        # buttons are docked under the form, so they stay in view.
+        with VerticalScroll(id="train-dialog") as dialog:
             dialog.border_title = "Train an adapter on the labels"
+            with Vertical(id="train-foot"):
+                yield Static(id="train-problem")
+                with Horizontal(id="train-buttons"):
+                    yield Button("Queue job", id="train-queue", variant="primary", compact=True)
+                    yield Button("Cancel", id="train-cancel", compact=True)
             yield Static("counting what the labels make…", id="train-counts")
             with RadioSet(id="train-kind"):
                 for kind in JobKind:
@@ -98,7 +105,6 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
             with Horizontal(classes="train-row"):
                 yield Label("LoRA r", classes="train-label")
                 yield Input(str(DEFAULT_LORA_R), id="train-lora-r", type="integer")
-            yield Static(id="train-problem")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -170,6 +176,16 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
             self.show_problem(needed_labels_message(self.kind))
         else:
             self.show_problem(None)
+        self.show_buttons()
+
+    def watch_queueing(self) -> None:
+        self.show_buttons()
+
+    def show_buttons(self) -> None:
+        """The queue button is greyed when its key is (`check_action`)."""
+        if self.is_attached:
+            allowed = self.check_action("confirm", ()) is True
+            self.query_one("#train-queue", Button).disabled = not allowed
 
     def show_problem(self, problem: str | None) -> None:
         widget = self.query_one("#train-problem", Static)
@@ -193,6 +209,14 @@ class TrainConfirmScreen(ModalScreen[Job | None]):
     def kind_changed(self, event: RadioSet.Changed) -> None:
         chosen = event.pressed.id or ""
         self.kind = JobKind(chosen.removeprefix("train-kind-"))
+
+    @on(Button.Pressed, "#train-queue")
+    def queue_pressed(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#train-cancel")
+    def cancel_pressed(self) -> None:
+        self.action_cancel()
 
     def action_toggle_kind(self) -> None:
         kinds = list(JobKind)

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from storage import Label, Node, Session
 
+from .results import readable_row
 from .trace_tree import STATUS_MARKS
 
 CODE_KINDS = {
@@ -70,7 +72,13 @@ def render_block(node: Node, label: Label | None) -> RenderableType:
         parts.append(score)
     text, cut = capped(node.text)
     parts.append(Text(""))
-    if node.kind in CODE_KINDS:
+    rows = outcome_rows(node) if node.kind == "outcome" else []
+    if rows:
+        title = text.strip().splitlines()[0] if text.strip() else ""
+        if title and not title.startswith("Program: "):
+            parts.append(Text(title))  # "Evaluation Results:"
+        parts.extend(outcome_view(rows))
+    elif node.kind in CODE_KINDS:
         from rich.syntax import Syntax  # pygments: not before the first frame
 
         parts.append(Syntax(text, "python", word_wrap=True, theme="ansi_dark", line_numbers=False))
@@ -79,6 +87,34 @@ def render_block(node: Node, label: Label | None) -> RenderableType:
     if cut:
         parts.append(Text(f"[shown: the first {VIEW_CHARS:,} of {len(node.text):,} characters]"))
     return Group(*parts)
+
+
+def outcome_rows(node: Node) -> list[tuple[str, str]]:
+    """An outcome block's programs and their results: as the runtime stored them beside
+    the text, or read back from the text (blocks stored before the rows were)."""
+    table = node.meta.get("table")
+    if not isinstance(table, list):
+        from agents.blocks import parse_outcome_table
+
+        table = parse_outcome_table(node.text)
+    return [
+        (str(row[0]), "" if row[1] is None else str(row[1]))
+        for row in table
+        if isinstance(row, list | tuple) and len(row) == 2
+    ]
+
+
+def outcome_view(rows: Sequence[tuple[str, str]]) -> list[RenderableType]:
+    """Each program's name, then what it gave as text with real line breaks: the block's
+    own text (what the model reads) holds reprs, with their line breaks escaped."""
+    parts: list[RenderableType] = []
+    for program, result in rows:
+        parts.append(Text(program, style="bold"))
+        shown = readable_row(result)
+        parts.append(
+            Padding(Text(shown) if shown.strip() else Text("(nothing)", style="dim"), (0, 0, 0, 2))
+        )
+    return parts
 
 
 class Candidates(Static):

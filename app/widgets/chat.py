@@ -3,8 +3,14 @@ replies, above the input line."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
-from textual.widgets import RichLog
+from textual.binding import BindingType
+from textual.keys import REPLACED_KEYS, key_to_character
+from textual.widgets import Input, RichLog
+
+from app.actions import CHAT_ACTIONS, bindings
 
 #: A paste can be huge; the agent gets it whole (clipped by the runtime), the log a line.
 SHOWN_CHARS = 2000
@@ -19,3 +25,19 @@ class ChatLog(RichLog):
         line = Text(f"{who}: ", style=f"bold {style}".strip())
         line.append(shown)
         self.write(line)
+
+
+class ChatInput(Input):
+    """The line the operator writes to the agent on.
+
+    Its footer keys are the ones that work while it takes the letters (escape, ctrl+q):
+    without them the footer would show only what is left of the screen's keys."""
+
+    BINDINGS: ClassVar[list[BindingType]] = bindings(CHAT_ACTIONS)
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        # Textual gives no character for a few key names ("slash"), so the footer
+        # would offer `/ Search` while `/` is typed into the line.
+        if character is None and key in REPLACED_KEYS:
+            character = key_to_character(REPLACED_KEYS[key])
+        return super().check_consume_key(key, character)

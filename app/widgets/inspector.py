@@ -8,12 +8,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from storage import EvaluationKind, EvaluationResult, Node, NodeStatus
+from storage import (
+    EvaluationKind,
+    EvaluationResult,
+    Node,
+    NodeStatus,
+    check_verdict,
+    count_checks,
+)
 
+from .results import capped_lines, preview, readable
 from .trace_tree import LOSING
 
 VALUE_CHARS = 80
@@ -55,24 +64,7 @@ def render_tick(
     else:
         parts.append(Text("none written", style="dim"))
 
-    callbacks = [e for e in evaluations if e.kind is EvaluationKind.CALLBACK]
-    parts.append(Text("evaluations", style="bold underline"))
-    if callbacks:
-        table = Table.grid(padding=(0, 1))
-        for result in callbacks:
-            if result.error:
-                verdict = Text("error", style=f"bold {error}")
-                value = Text(short(result.error), style=error)
-            elif result.passed:
-                verdict, value = Text("pass", style="bold green"), Text(short(result.result))
-            else:
-                verdict = Text("fail", style=f"bold {error}")
-                value = Text(short(result.result))
-            took = f"{result.duration * 1000:.0f} ms" if result.duration is not None else ""
-            table.add_row(verdict, Text(result.name), value, Text(took, style="dim"))
-        parts.append(table)
-    else:
-        parts.append(Text("none ran", style="dim"))
+    parts.extend(checks(evaluations, error))
 
     questions = [e for e in evaluations if e.kind is EvaluationKind.LOGIT]
     scored = [n for n in live if n.score is not None and "q" in n.meta]
@@ -104,3 +96,33 @@ def render_tick(
     if failed:
         parts.append(Text(f"{len(failed)} action(s) raised", style=f"bold {error}"))
     return Group(*parts)
+
+
+def checks(evaluations: Sequence[EvaluationResult], error: str) -> list[RenderableType]:
+    """The tick's evaluation callbacks: a heading with the count the tree shows too, one
+    row each (verdict as a word, name, a one-line preview, time taken), then the whole
+    text of each check that did not pass and has more to say than its row."""
+    callbacks = [e for e in evaluations if e.kind is EvaluationKind.CALLBACK]
+    if not callbacks:
+        return [Text("evaluations", style="bold underline"), Text("none ran", style="dim")]
+    counts = count_checks(callbacks)
+    heading = Text.assemble(
+        ("evaluations", "bold underline"),
+        "  ",
+        (counts.summary(), "green" if counts.all_passed else error),
+    )
+    table = Table.grid(padding=(0, 1))
+    details: list[RenderableType] = []
+    for result in callbacks:
+        verdict = check_verdict(result)
+        text = result.error if result.error is not None else readable(result.result)
+        # what went wrong is said last: a traceback's exception, a test run's summary
+        shown = preview(text, VALUE_CHARS, last=verdict != "pass")
+        style = "bold green" if verdict == "pass" else f"bold {error}"
+        took = f"{result.duration * 1000:.0f} ms" if result.duration is not None else ""
+        value = Text(shown, style=error if verdict == "error" else "")
+        table.add_row(Text(verdict, style=style), Text(result.name), value, Text(took, style="dim"))
+        if verdict != "pass" and text.strip() and shown != text.strip():
+            details.append(Text(f"{result.name}: {verdict}", style=f"bold {error}"))
+            details.append(Padding(Text("\n".join(capped_lines(text))), (0, 0, 0, 2)))
+    return [heading, table, *details]

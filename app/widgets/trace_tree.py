@@ -17,7 +17,18 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from app.actions import TREE_ACTIONS, bindings
-from storage import Label, LabelScope, LabelValue, Node, NodeStatus, Session, SessionStatus
+from storage import (
+    CheckCounts,
+    Checked,
+    Label,
+    LabelScope,
+    LabelValue,
+    Node,
+    NodeStatus,
+    Session,
+    SessionStatus,
+    count_checks,
+)
 
 STATUS_MARKS = {
     NodeStatus.APPROVED: "✔",
@@ -80,8 +91,8 @@ class SessionTrace:
     nodes: dict[int, Node] = field(default_factory=dict)
     ticks: dict[int, list[int]] = field(default_factory=dict)
     labels: dict[int, Label] = field(default_factory=dict)
-    #: node id -> True when an evaluation callback on it failed, False when all passed
-    evaluations: dict[int, bool] = field(default_factory=dict)
+    #: node id -> its evaluation callbacks by verdict (blocks without any are absent)
+    evaluations: dict[int, CheckCounts] = field(default_factory=dict)
     tree_ticks: dict[int, TraceNode] = field(default_factory=dict)
     tree_groups: dict[int, TraceNode] = field(default_factory=dict)
     grouped: bool = False
@@ -101,6 +112,13 @@ class SessionTrace:
 
     def tick_blocks(self, tick: int) -> list[Node]:
         return [self.nodes[i] for i in self.ticks.get(tick, [])]
+
+    def tick_checks(self, tick: int) -> CheckCounts:
+        """The evaluation callbacks on the tick's blocks, counted as the inspector does."""
+        return sum(
+            (self.evaluations[i] for i in self.ticks.get(tick, []) if i in self.evaluations),
+            CheckCounts(),
+        )
 
     def candidates(self, node: Node) -> list[Node]:
         """The node and its siblings of the same kind: the candidates it was chosen from."""
@@ -129,7 +147,7 @@ def session_label(session: Session) -> Text:
     return label
 
 
-def block_label(node: Node, label: Label | None, evaluation: bool | None, error: str) -> Text:
+def block_label(node: Node, label: Label | None, checks: CheckCounts | None, error: str) -> Text:
     text = Text()
     if label is not None:
         good = label.value is LabelValue.GOOD
@@ -140,13 +158,14 @@ def block_label(node: Node, label: Label | None, evaluation: bool | None, error:
         text.append(f"{mark} ", style=error if node.status is NodeStatus.FAILED else "dim")
     losing = node.status in LOSING
     text.append(node.kind, style="dim" if losing else "bold" if node.kind == "action" else "")
-    if evaluation is not None:
-        text.append(" ✗" if evaluation else " ✓", style=error if evaluation else "green")
+    failed = checks is not None and not checks.all_passed
+    if checks is not None and checks.total:
+        text.append(" ✗" if failed else " ✓", style=error if failed else "green")
     if node.score is not None:
         text.append(f" {node.score:+.1f}", style="dim")
     first = node.text.strip().splitlines()[0][:PREVIEW] if node.text.strip() else ""
     if first:
-        text.append(f"  {first}", style=f"dim {error}" if evaluation else "dim")
+        text.append(f"  {first}", style=f"dim {error}" if failed else "dim")
     return text
 
 
@@ -276,11 +295,10 @@ class TraceTree(Tree[Entry]):
         actions = [n for n in main if n.kind == "action"]
         for action in actions:
             label.append(f" {STATUS_MARKS.get(action.status, '·')}", style="dim")
-        marks = [trace.evaluations[n.id] for n in blocks if n.id in trace.evaluations]
-        if marks:
-            failed = sum(marks)
-            style = self.error_colour if failed else "green"
-            label.append(f"  {len(marks) - failed}/{len(marks)} evaluations passed", style=style)
+        checks = trace.tick_checks(tick)
+        if checks.total:
+            style = "green" if checks.all_passed else self.error_colour
+            label.append(f"  {checks.summary()}", style=style)
         labelled = [trace.labels[n.id] for n in blocks if n.id in trace.labels]
         if labelled:
             good = sum(1 for lab in labelled if lab.value is LabelValue.GOOD)
@@ -399,11 +417,15 @@ class TraceTree(Tree[Entry]):
         for node_id in changed:
             self.refresh_block(trace, node_id)
 
-    def set_evaluation(self, session_id: int, node_id: int, failed: bool) -> None:
+    def set_evaluation(self, session_id: int, node_id: int, result: Checked) -> None:
+        """A live session recorded an evaluation on a block: one more check counted (a
+        logit question or an observation view counts nothing)."""
         trace = self.traces.get(session_id)
         if trace is None:
             return
-        trace.evaluations[node_id] = trace.evaluations.get(node_id, False) or failed
+        counts = trace.evaluations.get(node_id, CheckCounts()) + count_checks([result])
+        if counts.total:
+            trace.evaluations[node_id] = counts
         self.refresh_block(trace, node_id)
 
     def find_block(self, node_id: int) -> TraceNode | None:

@@ -28,9 +28,11 @@ from app.screens.help import HelpScreen
 from app.screens.jobs import JobsCommands, JobsScreen
 from app.screens.label import LabelCommands, LabelScreen
 from app.screens.main import MainCommands, MainScreen
+from app.screens.messages import MessagesScreen
 from app.screens.search import SearchCommands, SearchScreen
 from app.screens.similar import SimilarCommands, SimilarScreen
 from app.screens.train_confirm import TrainCommands, TrainConfirmScreen
+from app.widgets.chat import ChatInput
 from app.widgets.trace_tree import TraceTree
 
 REFERENCE = Path(__file__).parents[2] / "docs" / "reference.md"
@@ -39,6 +41,7 @@ REFERENCE = Path(__file__).parents[2] / "docs" / "reference.md"
 BINDING_OWNERS: dict[type, tuple[Action, ...]] = {
     ConsoleApp: actions.APP_ACTIONS,
     TraceTree: actions.TREE_ACTIONS,
+    ChatInput: actions.CHAT_ACTIONS,
     MainScreen: actions.MAIN_ACTIONS,
     ApprovalScreen: actions.APPROVAL_ACTIONS,
     LabelScreen: actions.LABEL_ACTIONS,
@@ -52,6 +55,7 @@ BINDING_OWNERS: dict[type, tuple[Action, ...]] = {
     SearchScreen: actions.SEARCH_ACTIONS,
     SimilarScreen: actions.SIMILAR_ACTIONS,
     HelpScreen: actions.HELP_ACTIONS,
+    MessagesScreen: actions.MESSAGES_ACTIONS,
 }
 
 #: Each palette provider, and the table its entries are made from.

@@ -220,7 +220,8 @@ async def test_in_edit_mode_only_edit_keys_apply(request_: ApprovalRequest) -> N
         await pilot.pause()
         screen = modal(app)
         assert {"a", "e", "r", "p", "g"} <= set(footer(screen))
-        assert "ctrl+s" not in footer(screen) and "escape" not in footer(screen)
+        assert "ctrl+s" not in footer(screen)
+        assert footer(screen)["escape"] == ("Back", True)  # viewing: set the decision aside
         await pilot.press("e")
         await pilot.pause()
         keys = footer(screen)
@@ -248,12 +249,12 @@ async def test_escape_leaves_edit_mode_and_discards_the_text(request_: ApprovalR
         await pilot.press("e")
         await pilot.pause()
         assert screen.query_one("#approval-editor", TextArea).text == ACTION_TEXT
-        await pilot.press("escape", "escape")  # a second escape in the view does nothing
+        await pilot.press("escape")
         await pilot.pause()
-        assert modal(app).mode is Mode.VIEW
-        await pilot.press("a")
+        assert modal(app).mode is Mode.VIEW and app.decisions == []
+        await pilot.press("escape")  # a second escape, in the view, sets the decision aside
         await pilot.pause()
-        assert app.decisions == [Decision.approve()]
+        assert app.decisions == [None] and screen.set_aside
 
 
 async def test_reject_needs_a_reason(request_: ApprovalRequest) -> None:
@@ -333,6 +334,7 @@ async def test_the_palette_offers_the_approval_commands(request_: ApprovalReques
             "approval: Reject",
             "approval: Regenerate",
             "approval: Stop session",
+            "approval: Back",
         ]  # pick is greyed while the proposed action is highlighted
         await pilot.press("down")
         await pilot.pause()
@@ -375,3 +377,66 @@ def test_snapshot_of_the_modal(snap_compare) -> None:
 
 def test_snapshot_of_the_editor(snap_compare) -> None:
     assert snap_compare(SNAPSHOT_APP, terminal_size=SIZE, press=["e"])
+
+
+# -- the panel: set aside, a retry, the last outcome ---------------------------------------
+
+
+async def test_escape_sets_the_decision_aside(request_: ApprovalRequest) -> None:
+    app = Host(request_)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = modal(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ApprovalScreen)  # closed, to look around
+        assert app.decisions == [None] and screen.set_aside and not screen.stop_requested
+        assert not request_.future.done()  # nothing decided
+
+
+async def test_a_retry_says_it_is_one_and_why(store: TraceStore) -> None:
+    first = build_approval_request(store)
+    assert first.retry is None
+    again = build_approval_request(store)
+    again.retry = "try 2 of 3: action #7 failed: NameError: name 'x' is not defined"
+    for request, shown in ((first, False), (again, True)):
+        app = Host(request)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            retry = modal(app).query_one("#approval-retry", Static)
+            assert retry.display is shown
+            if shown:
+                assert "retry · try 2 of 3: action #7 failed: NameError" in shown_text(
+                    modal(app), "#approval-retry"
+                )
+
+
+async def test_the_last_outcome_is_in_the_panel(store: TraceStore) -> None:
+    request = build_approval_request(store)
+    app = Host(request)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "no outcome yet" in shown_text(modal(app), "#approval-outcome")
+    (outcome,) = store.add_nodes(
+        request.session_id,
+        [NewNode("outcome", "#### check: tests pass\nFAILED test_load", tick=2,
+                 meta={"task_passed": 0, "task_total": 1})],
+    )  # fmt: skip
+    request = build_approval_request(store)
+    request.last_outcome = outcome
+    app = Host(request)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = shown_text(modal(app), "#approval-outcome")
+        assert "last outcome (tick 2) · 0/1 task checks passed" in text
+        assert "FAILED test_load" in text
+
+
+PANEL_APP = Path(__file__).parent / "snapshot_apps" / "panel_app.py"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_snapshot_of_the_panel_over_the_main_screen(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """The tree and the status bar in sight beside the panel; the retry and the last
+    outcome in it."""
+    assert snap_compare(PANEL_APP, terminal_size=size)

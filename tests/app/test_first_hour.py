@@ -208,7 +208,7 @@ def test_a_newcomers_first_hour(tmux: Tmux, tiny_learner_dir: Path, tmp_path: Pa
     # The action sleeps 3 s in the sandbox: the status bar says the agent is working.
     walk.wait("the working indicator", lambda s: re.search(r"· run · working \d+ s", s) is not None)
     screen = walk.wait("the session's end", lambda s: "#1 Fix the failing unit tests  comp" in s)
-    screen = walk.wait("the evaluations", lambda s: "evaluations passed" in s)
+    screen = walk.wait("the checks", lambda s: re.search(r"\d+/\d+ checks passed", s) is not None)
     assert "outcome ✓" in screen, screen
     assert not console_traceback(screen)
 

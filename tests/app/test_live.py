@@ -95,6 +95,10 @@ async def test_reject_then_edit_through_the_modal_are_stored(
 
         second = app.screen
         assert isinstance(second, ApprovalScreen)
+        assert first.request.retry is None
+        # The second request is the tick's second try, and says so and why.
+        assert second.request.retry == f"try 2 of 3: action #{rejected.id} was rejected (too risky)"
+        assert second.query_one("#approval-retry").display
         original = second.request.action
         await pilot.press("e")
         await pilot.pause()
@@ -278,3 +282,63 @@ async def test_a_new_session_clears_the_last_sessions_block_from_view(
             pilot, lambda: shown(app).startswith(f"session #{live.session_id}"), "the new session"
         )
         await until(pilot, lambda: app.main.live is None, "the session to end")
+
+
+async def test_escape_sets_the_decision_aside_and_d_takes_it_up(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    """The panel leaves the tree and the status bar in sight; escape closes it with nothing
+    decided and the status bar says so; `d` brings the same request back."""
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir), task=TASK)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: asking(app), "the first approval request")
+        panel = app.screen
+        assert isinstance(panel, ApprovalScreen)
+        dialog = panel.query_one("#approval-dialog")
+        await until(pilot, lambda: dialog.region.width > 0, "the panel laid out")
+        tree, status = app.main.query_one(TraceTree), app.main.query_one(StatusBar)
+        assert dialog.region.x >= tree.region.right  # the tree is not covered
+        assert dialog.region.bottom <= status.region.y  # nor is the status bar
+        request = panel.request
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.main and not request.future.done()
+        assert f"action #{request.action.id} waits: d decides" in status.mode
+        assert app.main.check_action("decide", ()) is True
+        await pilot.press("d")
+        await until(pilot, lambda: asking(app), "the request again")
+        assert isinstance(app.screen, ApprovalScreen) and app.screen.request is request
+        await pilot.press("x")
+        await until(pilot, lambda: app.main.live is None, "the session to stop")
+        assert app.main.check_action("decide", ()) is False
+
+
+async def test_loading_an_adapter_from_the_jobs_screen_while_a_session_waits(
+    store: TraceStore, tiny_model_dir: Path, tiny_adapter_dir: Path
+) -> None:
+    """The refusal names where the stop key is (the jobs screen has no `x`), and the
+    decision set aside to go there is still there to take up."""
+    from app.screens.jobs import JobsScreen
+    from storage import JobKind, JobStatus
+    from tests.support.pilot import Notes
+
+    store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
+    job = store.create_job(JobKind.SFT, "tuned", base_model=str(tiny_model_dir))
+    store.update_job(job.id, status=JobStatus.COMPLETED, progress=1.0)
+    notes = Notes()
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir), task=TASK)
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await until(pilot, lambda: asking(app), "the first approval request")
+        await pilot.press("escape")
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the jobs screen")
+        await until(pilot, lambda: app.screen.selected == job.id, "the job selected")  # type: ignore[attr-defined]
+        await pilot.press("l")
+        await until(pilot, lambda: "x on the main screen" in notes.text(), "the refusal")
+        assert app.workbench.backend is not None and app.workbench.backend.active_adapter is None
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, "the main screen")
+        await pilot.press("d")
+        await until(pilot, lambda: asking(app), "the decision taken up")
+        await pilot.press("x")
+        await until(pilot, lambda: app.main.live is None, "the session to stop")

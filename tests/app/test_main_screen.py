@@ -21,6 +21,10 @@ from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from agents import blocks
+from agents.events import EvaluationRecorded
+from agents.runtime.results import RUNTIME_TEXT_CHARS, clip, result_text
+from agents.sandbox import CallResult
 from agents.settings import Settings
 from agents.tasks import builtin_names
 from app.console import ConsoleApp
@@ -28,8 +32,10 @@ from app.screens.help import HelpScreen
 from app.screens.label import LabelScreen
 from app.screens.main import MainCommands, MainScreen
 from app.widgets.block_view import Candidates
+from app.widgets.results import DETAIL_HEAD, DETAIL_LINES, capped_lines, readable_row
 from app.widgets.trace_tree import GROUP_OVER, LOSING, TICK_GROUP, BlockEntry
 from storage import (
+    Author,
     EvaluationKind,
     LabelValue,
     NewNode,
@@ -135,7 +141,7 @@ async def test_alternates_and_edited_originals_sit_under_the_block_that_won(
         assert visible(app) == [
             f"#{session} fix the config test  completed",
             "  tick 0  1 blocks",
-            "  tick 1 ·  0/1 evaluations passed  6 blocks",
+            "  tick 1 ·  1/3 checks passed, 1 error  6 blocks",
             "  tick 2 ·  2 blocks",
             "  tick 3 ✘ !  3 blocks",
             "    ✘ action  def action_reset(subagent):",
@@ -151,7 +157,7 @@ async def test_alternates_and_edited_originals_sit_under_the_block_that_won(
         await open_block(app, pilot, built.action)
         await open_block(app, pilot, built.edit)
         assert visible(app)[2:14] == [
-            "  tick 1 ·  0/1 evaluations passed  6 blocks",
+            "  tick 1 ·  1/3 checks passed, 1 error  6 blocks",
             "    orientation  The test loads settings.toml: read it first.",
             "    action ✗ +0.4  def action_read_config(subagent):",
             "      ⋯ action +0.3  def action_list_files(subagent):",
@@ -335,29 +341,41 @@ async def test_a_failed_evaluation_callback_marks_the_block_and_its_tick(
         good = label_of_line(app, passing)
         assert good.plain == "outcome ✓  all good"
         assert spans_at(good, "✓") == {"green"}
-        assert tick_text(app, session.id, 1) == "tick 1  1/1 evaluations passed  1 blocks"
+        assert tick_text(app, session.id, 1) == "tick 1  1/1 checks passed  1 blocks"
 
+        # one check passed and one failed: counted as checks, not as blocks
         bad = label_of_line(app, failing)
         assert bad.plain == "outcome ✗  not so good"
         assert spans_at(bad, "✗") == {error}
         assert spans_at(bad, "not so good") == {f"dim {error}"}
         tick_label = tick_node(app, session.id, 2).label
         assert isinstance(tick_label, Text)
-        assert tick_label.plain == "tick 2  0/1 evaluations passed  1 blocks"
-        assert spans_at(tick_label, "0/1 evaluations") == {error}
+        assert tick_label.plain == "tick 2  1/2 checks passed  1 blocks"
+        assert spans_at(tick_label, "1/2 checks") == {error}
 
+        # a check that raised is not passed, and is named
         assert label_of_line(app, raising).plain == "outcome ✗  broken check"
-        assert tick_text(app, session.id, 3) == "tick 3  0/1 evaluations passed  1 blocks"
+        assert tick_text(app, session.id, 3) == "tick 3  0/1 checks passed, 1 error  1 blocks"
 
-        # a live failure turns a passing block red (the runtime's evaluation events)
-        tree(app).set_evaluation(session.id, passing.id, True)
+        # a live check adds to the count (the runtime's evaluation events); a live logit
+        # question adds nothing
+        def live(passed: bool, kind: EvaluationKind = EvaluationKind.CALLBACK) -> None:
+            recorded = EvaluationRecorded(
+                session_id=session.id, node_id=passing.id, name="live", kind=kind,
+                result=passed, passed=passed, error=None, duration=0.1,
+            )  # fmt: skip
+            tree(app).set_evaluation(session.id, passing.id, recorded)
+
+        live(False)
         await pilot.pause()
         assert label_of_line(app, passing).plain == "outcome ✗  all good"
-        assert tick_text(app, session.id, 1) == "tick 1  0/1 evaluations passed  1 blocks"
-        # ...and a later pass does not clear it
-        tree(app).set_evaluation(session.id, passing.id, False)
+        assert tick_text(app, session.id, 1) == "tick 1  1/2 checks passed  1 blocks"
+        # ...and a later pass does not clear the mark
+        live(True)
+        live(True, EvaluationKind.LOGIT)
         await pilot.pause()
         assert label_of_line(app, passing).plain == "outcome ✗  all good"
+        assert tick_text(app, session.id, 1) == "tick 1  2/3 checks passed  1 blocks"
 
 
 # -- the block, candidates and inspector panes --------------------------------------------
@@ -377,7 +395,7 @@ async def test_the_inspector_shows_the_ticks_expectation_evaluations_and_observa
             "The action succeeds if it returns the text of settings.toml with a [database] "
             "section; it fails if",
             "the file is missing.",
-            "evaluations",
+            "evaluations  1/3 checks passed, 1 error",
             "pass  database section exists true                 12 ms",
             'fail  url points at postgres  {"url": "sqlite://"} 250 ms',
             "error port is a number        KeyError: 'port'",
@@ -416,6 +434,116 @@ async def test_the_inspector_shows_the_ticks_expectation_evaluations_and_observa
         # back on a session line, the inspector empties
         await move_to(app, pilot, 0)
         assert inspected(app).startswith("The selected tick's expectation")
+
+
+#: What a task's failing check returned: a test run.
+PYTEST_STDOUT = """\
+============ test session starts ============
+collected 2 items
+
+tests/test_config.py .F
+
+================= FAILURES ==================
+_______________ test_database _______________
+>   assert url.startswith("postgres")
+E   AssertionError: assert False
+tests/test_config.py:9: AssertionError
+FAILED tests/test_config.py::test_database
+========= 1 failed, 1 passed in 0.03s =======
+"""
+PYTEST_RESULT = {"stdout": PYTEST_STDOUT, "stderr": "", "returncode": 1}
+
+
+def store_test_run(store: TraceStore) -> tuple[int, Node]:
+    """A session whose tick 1 ran the tests: its outcome block as the runtime writes it
+    (the rows' text from `result_text`, so the dict's repr), one check passing and one
+    failing with pytest's output."""
+    session = store.create_session("Fix the failing config test", title="test run")
+    (action,) = store.add_nodes(
+        session.id, [NewNode("action", 'run("pytest")', tick=1, status=NodeStatus.EXECUTED)]
+    )
+    rows = [
+        ["action: Run the test suite", "1 failed, 1 passed"],
+        ["tests pass", result_text(CallResult(ok=True, value=PYTEST_RESULT))],
+        ["settings load", "True"],
+    ]
+    (outcome,) = store.add_nodes(
+        session.id,
+        [NewNode("outcome", blocks.outcome_table(rows), tick=1, parent_id=action.id,
+                 author=Author.RUNTIME, status=NodeStatus.CHOSEN,
+                 meta={"table": rows, "passed": 1, "total": 2})],
+    )  # fmt: skip
+    store.record_evaluation(
+        outcome.id, "tests pass", result=PYTEST_RESULT, passed=False, duration=1.9
+    )
+    store.record_evaluation(outcome.id, "settings load", result=True, passed=True, duration=0.05)
+    store.record_evaluation(
+        outcome.id, LOGIT_QUESTION, kind=EvaluationKind.LOGIT, result=-1.5, passed=False
+    )
+    return session.id, outcome
+
+
+async def test_the_tree_and_the_inspector_count_the_same_checks_and_show_test_output(
+    store: TraceStore,
+) -> None:
+    """One check passed and one failed, whose result is a test run's stdout in a dict:
+    the tree once said "0/1 evaluations passed" there (it counted blocks), and the
+    inspector showed the dict on one line with its line breaks escaped."""
+    session_id, outcome = store_test_run(store)
+    app = console_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await expand_first_session(app, pilot)
+        await select(app, pilot, outcome)
+        await settle(app, pilot)
+        assert tick_text(app, session_id, 1) == "tick 1 ·  1/2 checks passed  2 blocks"
+        lines = inspected(app).splitlines()
+        heading = lines.index("evaluations  1/2 checks passed")
+        stdout = [f"  {line}".rstrip() for line in PYTEST_STDOUT.splitlines()]
+        assert lines[heading + 1 :] == [
+            "fail tests pass    ========= 1 failed, 1 passed in 0.03s ======= (+11 lines) 1900 ms",
+            "pass settings load true                                                      50 ms",
+            "tests pass: fail",
+            "  returncode: 1",
+            "  stdout:",
+            *stdout,
+            # the logit question, no check, is not in the count
+            "logit questions",
+            "-1.50 Did the action succeed?",
+        ]
+
+        # the outcome block itself: its text holds the dict's repr (what the model
+        # reads), the view shows each program's result with its line breaks
+        assert "\\n" in outcome.text
+        view = [line.rstrip() for line in shown(app).splitlines()]
+        assert "\\n" not in "".join(view)
+        start = view.index("tests pass")
+        assert view[start : start + 3 + len(stdout)] == [
+            "tests pass",
+            "  returncode: 1",
+            "  stdout:",
+            *stdout,
+        ]
+        assert view[view.index("settings load") + 1] == "  True"
+
+
+def test_long_output_keeps_its_first_and_last_lines() -> None:
+    text = "\n".join(f"line {i}" for i in range(1, 101))
+    lines = capped_lines(text)
+    assert len(lines) == DETAIL_LINES + 1
+    assert lines[:DETAIL_HEAD] == [f"line {i}" for i in range(1, DETAIL_HEAD + 1)]
+    assert lines[DETAIL_HEAD] == f"… {100 - DETAIL_LINES} more lines"
+    assert lines[-1] == "line 100"
+    assert capped_lines("a\nb") == ["a", "b"]
+
+
+def test_an_outcome_row_cut_short_still_shows_its_line_breaks() -> None:
+    """The runtime clips a row's text, so a long test run's repr no longer parses."""
+    value = {"stdout": "\n".join(f"line {i}" for i in range(300)), "stderr": "", "returncode": 1}
+    row = clip(result_text(CallResult(ok=True, value=value)), RUNTIME_TEXT_CHARS // 4)
+    assert "characters cut" in row and "\\nline 1\\n" in row
+    shown = readable_row(row)
+    assert "\\n" not in shown
+    assert "\nline 1\nline 2\n" in shown and shown.endswith("'returncode': 1}")
 
 
 async def test_the_candidates_pane_lists_the_siblings_by_score(

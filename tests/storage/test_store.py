@@ -16,6 +16,7 @@ from sqlalchemy import event
 from storage import (
     Actor,
     Author,
+    CheckCounts,
     EvaluationKind,
     JobKind,
     JobStatus,
@@ -29,6 +30,7 @@ from storage import (
     StoreError,
     TraceStore,
     Verdict,
+    count_checks,
 )
 
 
@@ -600,6 +602,35 @@ def test_evaluations_round_trip_json(store: TraceStore) -> None:
     with pytest.raises(ValueError, match="EvaluationKind"):
         store.record_evaluation(node.id, "x", kind="vibes")
     assert store.evaluations(node.id + 99) == []
+
+
+def test_session_check_counts_match_counting_the_rows(store: TraceStore) -> None:
+    """The tree's per-block counts, read in one query, are what `count_checks` makes of
+    the block's rows (what the inspector counts): errors apart, logit questions and
+    observation views left out, other sessions' blocks too."""
+    session, other = store.create_session("t"), store.create_session("u")
+    mixed, clean, unchecked = store.add_nodes(session.id, [_node("a"), _node("b"), _node("c")])
+    elsewhere = store.add_node(other.id, _node("d"))
+    store.record_evaluation(mixed.id, "passes", result=True, passed=True)
+    store.record_evaluation(mixed.id, "fails", result=False, passed=False)
+    store.record_evaluation(mixed.id, "no verdict", result="maybe", passed=None)
+    store.record_evaluation(mixed.id, "raises", passed=None, error="KeyError: 'x'")
+    store.record_evaluation(mixed.id, "raises late", passed=True, error="killed")
+    store.record_evaluation(mixed.id, "q?", kind=EvaluationKind.LOGIT, result=-1.0, passed=False)
+    store.record_evaluation(clean.id, "passes", result=1, passed=True)
+    store.record_evaluation(unchecked.id, "view", kind=EvaluationKind.OBSERVATION, result="x")
+    store.record_evaluation(elsewhere.id, "fails", result=False, passed=False)
+
+    with _statements(store) as sql:
+        counts = store.session_evaluation_marks(session.id)
+    assert len(sql) == 1
+    assert counts == {
+        mixed.id: CheckCounts(passed=1, failed=2, errored=2),
+        clean.id: CheckCounts(passed=1),
+    }
+    for node in (mixed, clean):
+        assert counts[node.id] == count_checks(store.evaluations(node.id))
+    assert store.session_evaluation_marks(999_999) == {}
 
 
 # -- training data -------------------------------------------------------------------------
