@@ -403,3 +403,28 @@ def test_step_mode_by_tick_and_stop_while_waiting(
     assert done and done[0].status is SessionStatus.ABORTED
     with pytest.raises(ValueError):
         runtime.set_stepping("line")
+
+
+def test_a_retry_request_says_which_try_and_why_the_last_did_not_do(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    """The first action (edited into one that raises) fails; the second request of the
+    tick is a retry that says so. A regenerated action is no try: its request is not."""
+    raising = 'def boom(subagent):\n    raise KeyError("port")\n\nself.add_action("boom", boom)'
+    runtime, asked = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        [lambda r: Decision.edit(raising), lambda r: Decision.edit(SOLVE)],
+    )
+    outcome = runtime.run()
+    assert outcome.status is SessionStatus.COMPLETED
+    first, second = asked[0], asked[1]
+    assert first.retry is None and first.last_outcome is None
+    (boom,) = [
+        n
+        for n in sqlite_store.tree(outcome.session_id)
+        if n.status is NodeStatus.FAILED and n.text == raising
+    ]
+    assert second.action.tick == boom.tick
+    assert second.retry == f"try 2 of 3: action #{boom.id} failed: KeyError: 'port'"
