@@ -44,6 +44,11 @@ FALLBACK_THEME = "textual-dark"
 OPERATOR_EVENTS = (events.InputEvent, events.Paste)
 
 
+#: The row a list, table or tree has selected shows without colour too (NO_COLOR, a
+#: monochrome terminal) while the widget has no focus: Textual's default is a tint alone.
+#: A theme file that sets the variable keeps its own.
+BLURRED_CURSOR_STYLE = "underline"
+
 #: How long an ending signal waits for the running session to store its end.
 ENDING_WAIT_SECONDS = 20.0
 #: An error's toast stays this long (a week: until clicked, or the message log is opened).
@@ -119,6 +124,12 @@ class ConsoleApp(App[None]):
         if isinstance(event, OPERATOR_EVENTS):
             self.collector.touched()
         await super().on_event(event)
+
+    def get_css_variables(self) -> dict[str, str]:
+        variables = super().get_css_variables()
+        if "block-cursor-blurred-text-style" not in self.current_theme.variables:
+            variables["block-cursor-blurred-text-style"] = BLURRED_CURSOR_STYLE
+        return variables
 
     def on_unmount(self) -> None:
         self.collector.stop()

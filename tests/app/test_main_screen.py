@@ -1006,3 +1006,21 @@ async def _select_the_scored_action(pilot: Pilot[None]) -> None:
 
 def test_snapshot_of_the_main_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(SNAPSHOT_APP, terminal_size=SIZE, run_before=_select_the_scored_action)
+
+
+async def test_the_tree_cursor_shows_without_colour_when_the_tree_has_no_focus(
+    store: TraceStore, built: MainTrace
+) -> None:
+    """Underlined while the chat has the focus: the tint alone is lost on a monochrome
+    terminal (NO_COLOR)."""
+    app = console_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        the_tree = tree(app)
+        assert app.get_css_variables()["block-cursor-blurred-text-style"] == "underline"
+        await pilot.press("i")
+        await settle(app, pilot)
+        assert not the_tree.has_focus
+        line = the_tree.cursor_line - the_tree.scroll_offset.y
+        label = [s for s in the_tree.render_line(line) if "fix the config test" in s.text]
+        assert label and all(s.style is not None and s.style.underline for s in label), label
