@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from storage.checks import CheckCounts, Checked, CheckVerdict, check_verdict, count_checks
 from storage.domain import (
     BATCH_TASK_OPEN,
+    CHECKS_SOURCE,
     Actor,
     Adapter,
     Author,
@@ -54,6 +55,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BATCH_TASK_OPEN",
+    "CHECKS_SOURCE",
     "Actor",
     "Adapter",
     "Author",

@@ -225,6 +225,17 @@ class Label:
     note: str | None
     created_at: float
     retracted_at: float | None
+    #: None: the operator gave it; else what did (`CHECKS_SOURCE`: the task's own checks). An
+    #: operator's label on a node outranks every automatic one there, however new.
+    source: str | None = None
+
+    @property
+    def automatic(self) -> bool:
+        return self.source is not None
+
+
+#: The source of the labels that the task's own checks give (`agent-console improve`).
+CHECKS_SOURCE = "checks"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,15 @@ from sqlalchemy import Connection, insert, select, update
 from storage import converters as cv
 from storage import domain as d
 from storage.errors import NotFoundError, StoreError
-from storage.store_base import StoreBase, _enum, decision_t, evaluation_t, label_t, node_t
+from storage.store_base import (
+    StoreBase,
+    _enum,
+    _latest_label,
+    decision_t,
+    evaluation_t,
+    label_t,
+    node_t,
+)
 
 
 class LabelsMixin(StoreBase):
@@ -59,9 +67,11 @@ class LabelsMixin(StoreBase):
         *,
         scope: d.LabelScope | str = d.LabelScope.BLOCK,
         note: str | None = None,
+        source: str | None = None,
     ) -> d.Label:
         """Label a block (or the whole path to it). Earlier labels stay as history; the
-        latest one that is not retracted is the node's label."""
+        latest one that is not retracted is the node's label, except that an operator's
+        label (no `source`) outranks every automatic one (`source="checks"`)."""
         values = {
             "node_id": node_id,
             "value": _enum(d.LabelValue, value).value,
@@ -69,6 +79,7 @@ class LabelsMixin(StoreBase):
             "note": note,
             "created_at": time.time(),
             "retracted_at": None,
+            "source": source,
         }
         with self._write() as conn:
             self._require_nodes(conn, {node_id})
@@ -97,10 +108,7 @@ class LabelsMixin(StoreBase):
     def label_of(self, node_id: int) -> d.Label | None:
         with self._read() as conn:
             row = conn.execute(
-                select(*cv.LABEL_COLUMNS)
-                .where(label_t.c.node_id == node_id, label_t.c.retracted_at.is_(None))
-                .order_by(label_t.c.id.desc())
-                .limit(1)
+                select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id, _latest_label())
             ).first()
         return cv.to_label(row) if row else None
 
@@ -116,7 +124,7 @@ class LabelsMixin(StoreBase):
         stmt = (
             select(*cv.LABEL_COLUMNS)
             .join(node_t, node_t.c.id == label_t.c.node_id)
-            .where(node_t.c.session_id == session_id, label_t.c.retracted_at.is_(None))
+            .where(node_t.c.session_id == session_id, _latest_label())
             .order_by(label_t.c.id)
         )
         with self._read() as conn:

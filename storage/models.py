@@ -169,6 +169,8 @@ class LabelRow(Base):
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     retracted_at: Mapped[float | None] = mapped_column(Float)
+    #: None: the operator's; else what gave it (`checks`: the task's own checks)
+    source: Mapped[str | None] = mapped_column(String(40))
 
     __table_args__ = (Index("ix_label_node", "node_id", "id"),)
 

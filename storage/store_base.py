@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
-from sqlalchemy import Table, and_, exists
+from sqlalchemy import Table, and_, exists, or_
 
 from storage.engine import create_engines, database_url, sqlite_path
 from storage.migrate import ensure_schema
@@ -56,14 +56,20 @@ def _enum(kind: type[E], value: str | E) -> E:
 
 def _latest_label() -> Any:
     """The condition that makes a `label` row its node's effective label: not retracted,
-    and no newer unretracted label on the same node (the latest wins)."""
-    newer = label_t.alias("newer")
+    and no other unretracted label on the same node outranks it. The operator's labels
+    outrank automatic ones (a `source`); among the same kind, the latest wins."""
+    other = label_t.alias("other")
+    mine_automatic = label_t.c.source.is_not(None)
+    other_operator = other.c.source.is_(None)
+    same_kind = or_(
+        and_(other_operator, ~mine_automatic), and_(~other_operator, mine_automatic)
+    )
     return and_(
         label_t.c.retracted_at.is_(None),
         ~exists().where(
-            newer.c.node_id == label_t.c.node_id,
-            newer.c.retracted_at.is_(None),
-            newer.c.id > label_t.c.id,
+            other.c.node_id == label_t.c.node_id,
+            other.c.retracted_at.is_(None),
+            or_(and_(other_operator, mine_automatic), and_(same_kind, other.c.id > label_t.c.id)),
         ),
     )
 

@@ -159,31 +159,51 @@ class SessionEvidence:
         #: node -> when a good (bad) path label on it or below it first covered it
         self.good_path: dict[int, float] = {}
         self.bad_path: dict[int, float] = {}
-        for label in sorted(self.labels.values(), key=lambda lab: (lab.created_at, lab.id)):
-            if label.scope is not LabelScope.PATH:
-                continue
-            marks = self.good_path if label.value is LabelValue.GOOD else self.bad_path
-            node_id: int | None = label.node_id
-            # Labels go oldest first, so a node already marked has its ancestors marked
-            # with a time no later than this one: stop there.
-            while node_id is not None and node_id not in marks:
-                marks[node_id] = label.created_at
-                node_id = self.nodes[node_id].parent_id if node_id in self.nodes else None
+        # The operator's path labels first, then the automatic ones (`source`), each kind
+        # oldest first. An automatic one passes over every block the operator's labels
+        # cover, so on the same branch the operator's word is the one the rules read.
+        ordered = sorted(self.labels.values(), key=lambda lab: (lab.created_at, lab.id))
+        operator = [lab for lab in ordered if lab.source is None]
+        self._mark_paths(operator, covered=set())
+        covered = {lab.node_id for lab in operator} | set(self.good_path) | set(self.bad_path)
+        self._mark_paths([lab for lab in ordered if lab.source is not None], covered)
         #: nodes under (descendants of) a node labelled bad, whatever the label's scope,
         #: unless that node was already judged wrong when the agent went on: the blocks
         #: after a rejected, rewritten or failed action were written knowing it (the
         #: operator's feedback, the edit, the error are on the path), so the label there
         #: marks the mistake, not the recovery.
-        self.under_bad: set[int] = set()
+        #: Under an automatic bad label, a block the operator labelled keeps their word.
+        self.under_bad = self._under_bad(operator=True) | (
+            self._under_bad(operator=False) - {lab.node_id for lab in operator}
+        )
+
+    def _under_bad(self, *, operator: bool) -> set[int]:
+        found: set[int] = set()
         for node_id, label in self.labels.items():
+            if (label.source is None) is not operator:
+                continue
             if label.value is not LabelValue.BAD or self.judged(self.nodes[node_id]):
                 continue
             stack = list(self.children.get(node_id, ()))
             while stack:
                 child = stack.pop()
-                if child not in self.under_bad:
-                    self.under_bad.add(child)
+                if child not in found:
+                    found.add(child)
                     stack.extend(self.children.get(child, ()))
+        return found
+
+    def _mark_paths(self, labels: Iterable[Label], covered: set[int]) -> None:
+        for label in labels:
+            if label.scope is not LabelScope.PATH:
+                continue
+            marks = self.good_path if label.value is LabelValue.GOOD else self.bad_path
+            node_id: int | None = label.node_id
+            # Oldest first, so a node already marked has its ancestors marked with a time
+            # no later than this one: stop there.
+            while node_id is not None and node_id not in marks:
+                if node_id not in covered:
+                    marks[node_id] = label.created_at
+                node_id = self.nodes[node_id].parent_id if node_id in self.nodes else None
 
     # -- what the evidence says about one block --------------------------------------------
 
