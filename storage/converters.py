@@ -17,6 +17,7 @@ from storage.models import (
     BatchTaskRow,
     DecisionRow,
     EvaluationRow,
+    ImprovementRow,
     JobEventRow,
     JobRow,
     LabelRow,
@@ -69,6 +70,7 @@ JOB_EVENT_COLUMNS = tuple(JobEventRow.__table__.c)
 ADAPTER_COLUMNS = tuple(AdapterRow.__table__.c)
 BATCH_COLUMNS = tuple(BatchRow.__table__.c)
 BATCH_TASK_COLUMNS = tuple(BatchTaskRow.__table__.c)
+IMPROVEMENT_COLUMNS = tuple(ImprovementRow.__table__.c)
 
 
 _NODE_FIELDS = tuple(c.name for c in NODE_LIGHT_COLUMNS)
@@ -126,3 +128,4 @@ to_job_event = _mapper(d.JobEvent)
 to_adapter = _mapper(d.Adapter)
 to_batch = _mapper(d.Batch)
 to_batch_task = _mapper(d.BatchTask)
+to_improvement = _mapper(d.Improvement)

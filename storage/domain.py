@@ -338,3 +338,20 @@ class BatchTask:
     started_at: float | None
     finished_at: float | None
     updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Improvement:
+    """A run of `agent-console improve` on one task family."""
+
+    id: int
+    family: str
+    #: running (or killed while running: resumable), completed, aborted
+    status: str
+    #: rounds, sessions per round, workers, model, held-out size, ...
+    config: dict[str, Any]
+    #: the rounds so far, each with its steps' results (`training.improve`), and the
+    #: adapter in use now
+    state: dict[str, Any]
+    created_at: float
+    updated_at: float

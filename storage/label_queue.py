@@ -61,10 +61,12 @@ class LabelQueueMixin(StoreBase):
     def _unlabelled(
         kind: str, session_id: int | None, after: tuple[int, int, int] | None
     ) -> list[Any]:
+        # Only the operator's labels take a block off the queue: one the task's checks
+        # labelled (`source`) stays, marked, for the operator to confirm or overrule.
         latest = (
             select(label_t.c.node_id, label_t.c.scope)
             .join(node_t, node_t.c.id == label_t.c.node_id)
-            .where(_latest_label())
+            .where(_latest_label(), label_t.c.source.is_(None))
         )
         if session_id is not None:
             latest = latest.where(node_t.c.session_id == session_id)

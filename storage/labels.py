@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from storage import converters as cv
 from storage import domain as d
@@ -111,6 +111,24 @@ class LabelsMixin(StoreBase):
                 select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id, _latest_label())
             ).first()
         return cv.to_label(row) if row else None
+
+    def automatic_labels(self, node_ids: Iterable[int]) -> dict[int, d.Label]:
+        """The automatic label in effect on each of `node_ids` that has one (and no
+        operator's label outranking it)."""
+        wanted = sorted(set(node_ids))
+        if not wanted:
+            return {}
+        stmt = select(*cv.LABEL_COLUMNS).where(
+            label_t.c.node_id.in_(wanted), label_t.c.source.is_not(None), _latest_label()
+        )
+        with self._read() as conn:
+            return {lab.node_id: lab for lab in map(cv.to_label, conn.execute(stmt))}
+
+    def count_automatic_labels(self) -> int:
+        """How many blocks carry an automatic label in effect (none of the operator's)."""
+        stmt = select(func.count()).where(label_t.c.source.is_not(None), _latest_label())
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
 
     def label_history(self, node_id: int) -> list[d.Label]:
         with self._read() as conn:

@@ -298,3 +298,17 @@ class BatchTaskRow(Base):
         UniqueConstraint("batch_id", "line", name="uq_batch_task_line"),
         Index("ix_batch_task_status", "batch_id", "status"),
     )
+
+
+class ImprovementRow(Base):
+    """A run of `agent-console improve`: its rounds' steps, in `state`."""
+
+    __tablename__ = "improvement"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20))
+    config: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    state: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -18,13 +18,15 @@ The class is assembled from one mixin per aggregate, each in its own module:
   page of nodes at a time (`NodeOutline`);
 - `storage.jobs`: jobs, job events and adapters;
 - `storage.label_queue`: the queue of unlabelled branches and the labels in effect;
-- `storage.memory_vectors`: which node each vector of an embedding index holds.
+- `storage.memory_vectors`: which node each vector of an embedding index holds;
+- `storage.improvements`: the runs of `agent-console improve`, their rounds in a JSON state.
 """
 
 from __future__ import annotations
 
 from storage.batches import BatchesMixin
 from storage.bulk_reads import BulkReadsMixin, NodeOutline
+from storage.improvements import ImprovementsMixin
 from storage.jobs import JobsMixin
 from storage.label_queue import LabelQueueMixin
 from storage.labels import LabelsMixin
@@ -45,6 +47,7 @@ class TraceStore(
     JobsMixin,
     LabelQueueMixin,
     MemoryVectorsMixin,
+    ImprovementsMixin,
     StoreBase,
 ):
     """Open (creating or upgrading) the store at `db`: a file path or a SQLAlchemy URL."""

@@ -23,6 +23,7 @@ from storage.models import (
     BatchTaskRow,
     DecisionRow,
     EvaluationRow,
+    ImprovementRow,
     JobEventRow,
     JobRow,
     LabelRow,
@@ -41,6 +42,7 @@ job_event_t = cast(Table, JobEventRow.__table__)
 adapter_t = cast(Table, AdapterRow.__table__)
 memory_t = cast(Table, MemoryVectorRow.__table__)
 batch_t = cast(Table, BatchRow.__table__)
+improvement_t = cast(Table, ImprovementRow.__table__)
 batch_task_t = cast(Table, BatchTaskRow.__table__)
 
 E = TypeVar("E", bound=StrEnum)
@@ -61,9 +63,7 @@ def _latest_label() -> Any:
     other = label_t.alias("other")
     mine_automatic = label_t.c.source.is_not(None)
     other_operator = other.c.source.is_(None)
-    same_kind = or_(
-        and_(other_operator, ~mine_automatic), and_(~other_operator, mine_automatic)
-    )
+    same_kind = or_(and_(other_operator, ~mine_automatic), and_(~other_operator, mine_automatic))
     return and_(
         label_t.c.retracted_at.is_(None),
         ~exists().where(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from storage import Decision, EvaluationKind, EvaluationResult, Node, NodeStatus
+from storage import Decision, EvaluationKind, EvaluationResult, Label, Node, NodeStatus
 from training.rules import Suggestion, suggest
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ class QueueItem:
     suggestion: Suggestion | None
     #: the block a path-scope label goes on: the tick's last block along this branch
     path_target_id: int
+    #: the label the task's checks gave the block (`agent-console improve`), if any: the
+    #: operator's label outranks it
+    automatic: Label | None = None
 
     @property
     def key(self) -> QueueKey:
@@ -112,11 +115,16 @@ def build_items(store: TraceStore, nodes: Sequence[Node]) -> list[QueueItem]:
         if result.kind is EvaluationKind.CALLBACK:
             evaluations[result.node_id].append(result)
 
+    automatic = store.automatic_labels(n.id for n in nodes)
     items = []
     for node in nodes:
         walk = walks[node.id]
         tick_results = tuple(evaluations.get(walk.outcome.id, ())) if walk.outcome else ()
         own = decisions.get(node.id, [])
+        suggestion = suggest(node, own, tick_results)
+        checks = automatic.get(node.id)
+        if suggestion is None and checks is not None:
+            suggestion = Suggestion(checks.value, "the task's checks (an automatic label)")
         items.append(
             QueueItem(
                 node=node,
@@ -124,8 +132,9 @@ def build_items(store: TraceStore, nodes: Sequence[Node]) -> list[QueueItem]:
                 decision=own[-1] if own else None,
                 expectation=walk.expectation,
                 evaluations=tick_results,
-                suggestion=suggest(node, own, tick_results),
+                suggestion=suggestion,
                 path_target_id=walk.target_id,
+                automatic=checks,
             )
         )
     return items

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 from app import __version__, exit_codes
 from app.cli.batch import add_batch_parser
 from app.cli.export import add_export_parser
+from app.cli.improve import add_improve_parser
 from app.cli.memory import add_memory_parser
 from app.cli.sessions import add_sessions_parser
 from app.cli.train import add_adapter_argument, add_train_parsers
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(commands)
     add_import_parser(commands)
     add_batch_parser(commands)
+    add_improve_parser(commands)
     add_memory_parser(commands)
     add_sessions_parser(commands)
     add_train_parsers(commands)
@@ -335,6 +337,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.cli.batch import run_batch
 
         return run_batch(args, settings)
+    if args.command == "improve":
+        from app.cli.improve import run_improve
+
+        return run_improve(args, settings)
     if args.command == "import":
         from app.cli.weave import run_import
 

@@ -108,6 +108,8 @@ class LabelScreen(Screen[None]):
         self.skipped = 0
         self.note: str | None = None
         self.counts: Counts | None = None
+        #: blocks the task's checks labelled (`agent-console improve`), counted apart
+        self.automatic: int | None = None
         self.tally = TrainingTally()
         #: what the store worker that holds the queue's keys is doing, for the counters
         self.doing = ""
@@ -202,7 +204,8 @@ class LabelScreen(Screen[None]):
         worker = get_current_worker()
         counts = self.tally.refresh(self.store, should_stop=lambda: worker.is_cancelled)
         if counts is not None:
-            self.app.call_from_thread(self.show_counts, counts)
+            automatic = self.store.count_automatic_labels()
+            self.app.call_from_thread(self.show_counts, counts, automatic)
 
     @on(Worker.StateChanged)
     def worker_failed(self, event: Worker.StateChanged) -> None:
@@ -278,8 +281,9 @@ class LabelScreen(Screen[None]):
         self.recount = True
         self.show()
 
-    def show_counts(self, counts: Counts) -> None:
+    def show_counts(self, counts: Counts, automatic: int | None = None) -> None:
         self.counts = counts
+        self.automatic = automatic
         self.show_counters()
 
     # -- actions ------------------------------------------------------------------------
@@ -482,6 +486,11 @@ class LabelScreen(Screen[None]):
         text = Text.assemble(
             ("labelled ", "dim"),
             (f"{len(self.given) + self.alike:,}", "bold"),
+            *(
+                (("  ·  ⚙ by the checks ", "dim"), (f"{self.automatic:,}", "bold"))
+                if self.automatic
+                else ()
+            ),
             ("  ·  left ", "dim"),
             (figure(self.left), "bold"),
             ("  ·  SFT examples ", "dim"),
@@ -557,6 +566,10 @@ def head_text(item: QueueItem) -> Text:
     text.append("not scored" if node.score is None else f"score {node.score:+.2f}")
     if node.author is Author.OPERATOR:
         text.append("  ·  written by the operator", style="italic")
+    if item.automatic is not None:
+        # A mark in words and a sign, not a colour: the checks labelled it, not a person.
+        text.append("  ·  ", style="dim")
+        text.append(f"⚙ checks said {item.automatic.value.value}", style="bold reverse")
     return text
 
 

@@ -152,6 +152,8 @@ def block_label(node: Node, label: Label | None, checks: CheckCounts | None, err
     if label is not None:
         good = label.value is LabelValue.GOOD
         sign = ("+" if good else "-") + ("*" if label.scope is LabelScope.PATH else "")
+        if label.automatic:
+            sign = "⚙" + sign  # the task's checks gave it, not the operator
         text.append(f"{sign} ", style="bold green" if good else f"bold {error}")
     mark = STATUS_MARKS.get(node.status)
     if mark:
@@ -300,9 +302,11 @@ class TraceTree(Tree[Entry]):
             style = "green" if checks.all_passed else self.error_colour
             label.append(f"  {checks.summary()}", style=style)
         labelled = [trace.labels[n.id] for n in blocks if n.id in trace.labels]
-        if labelled:
-            good = sum(1 for lab in labelled if lab.value is LabelValue.GOOD)
-            label.append(f"  +{good} -{len(labelled) - good}", style="dim")
+        for automatic, sign in ((False, ""), (True, "⚙")):  # the operator's, the checks'
+            given = [lab for lab in labelled if lab.automatic is automatic]
+            if given:
+                good = sum(1 for lab in given if lab.value is LabelValue.GOOD)
+                label.append(f"  {sign}+{good} -{len(given) - good}", style="dim")
         label.append(f"  {len(blocks)} blocks", style="dim")
         return label
 

@@ -651,3 +651,39 @@ SNAPSHOT_APP = Path(__file__).parent / "snapshot_apps" / "label_app.py"
 
 def test_snapshot_of_the_label_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(SNAPSHOT_APP, terminal_size=SIZE, run_before=settle)
+
+
+# -- labels the task's checks gave (`agent-console improve`) --------------------------------
+
+
+async def test_blocks_the_checks_labelled_stay_in_the_queue_marked_and_counted_apart(
+    store: TraceStore,
+) -> None:
+    from storage import Actor
+    from training.auto_labels import label_from_checks
+
+    rollout = SessionBuilder(store, "A rollout")
+    first, second = (
+        rollout.executed(
+            t, f"x = {t}", alternates=0, actor=Actor.POLICY, callbacks={"check": False}
+        )
+        for t in (1, 2)
+    )
+    store.update_node(second.end.id, meta={"task_passed": 0, "task_total": 1})
+    assert label_from_checks(store, rollout.id).bad == 2
+    app = Host(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert current_id(app) == second.action.id  # still the operator's to judge
+        assert "⚙ checks said bad" in text(app, "#label-head")
+        assert "suggested: bad — every evaluation of its tick failed" in text(
+            app, "#label-suggestion"
+        )
+        assert "labelled 0  ·  ⚙ by the checks 2  ·  left" in text(app, "#label-counters")
+        await pilot.press("g")  # the operator disagrees: their label wins
+        await settle(pilot)
+        label = store.label_of(second.action.id)
+        assert label is not None and not label.automatic and label.value is LabelValue.GOOD
+        assert second.action.id not in queue_ids(app)
+        assert current_id(app) == first.action.id
+        assert "labelled 1  ·  ⚙ by the checks 1  ·  left" in text(app, "#label-counters")

@@ -1024,3 +1024,14 @@ async def test_the_tree_cursor_shows_without_colour_when_the_tree_has_no_focus(
         line = the_tree.cursor_line - the_tree.scroll_offset.y
         label = [s for s in the_tree.render_line(line) if "fix the config test" in s.text]
         assert label and all(s.style is not None and s.style.underline for s in label), label
+
+
+def test_a_label_the_checks_gave_is_marked_apart_in_the_tree(store: TraceStore) -> None:
+    from app.widgets.trace_tree import block_label
+    from storage import CHECKS_SOURCE
+
+    built = build_main_trace(store)
+    operator = store.add_label(built.action.id, LabelValue.GOOD)
+    automatic = store.add_label(built.retry.id, LabelValue.BAD, source=CHECKS_SOURCE)
+    assert block_label(built.action, operator, None, "red").plain.startswith("+ ")
+    assert block_label(built.retry, automatic, None, "red").plain.startswith("⚙- ")

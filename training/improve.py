@@ -1,0 +1,358 @@
+"""Improvement between operator sessions (`agent-console improve`): rounds of rollouts on a
+task family's teaching variants, labelled by the tasks' own checks, trained with the
+product's own jobs, and kept only when held-out variants get better.
+
+A round, in order; each step's result is written to the run's `state` in the store as soon
+as it is done, so a run killed at any point resumes from its last complete step:
+
+1. `rollouts`: a batch of `per_round` teaching variants (the family's teaching seeds, in
+   turn across rounds), run with the adapter in use, on local threads or on Ray.
+2. `labels`: each session labelled from its checks (`training.auto_labels`): a solved
+   session's path good, a failed one's actions bad; stored as automatic labels, never over
+   an operator's, and outranked by any the operator gives.
+3. `train`: rejection-sampling SFT on the solved paths of every round so far (and whatever
+   the operator labelled in those sessions), as an ordinary training job. No solved path
+   yet: nothing to train, and the round is kept as data.
+4. `evaluate`: the new adapter and the one in use (each once: a side's figures are kept)
+   on the family's held-out variants, pass rates with 95% Wilson intervals.
+5. `verdict`: the new adapter is promoted (used from the next round on) only when its
+   interval's lower bound is above the pass rate of the adapter in use; otherwise the
+   adapter in use stays and the round is kept as data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agents.batch import wilson
+from agents.families import FAMILIES, split
+from storage import BatchStatus, JobKind, JobStatus
+from training.auto_labels import label_from_checks
+from training.jobs import JobError, JobOptions, follow, queue_job, reap_dead_jobs, resume_job
+from training.rules import count_training_data
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
+    from storage import Improvement, TraceStore
+
+#: what a run's side is called when no adapter is in use
+BASE = "base"
+
+
+class ImproveError(ValueError):
+    """A request that cannot run (an unknown family, a bad count); one line for the user."""
+
+
+@dataclass(frozen=True)
+class ImproveConfig:
+    family: str
+    rounds: int = 3
+    per_round: int = 8
+    held_out: int = 10
+    workers: int = 1
+    ray: str | None = None
+    epochs: float = 2.0
+    learning_rate: float | None = None
+    lora_r: int = 16
+    #: the base model the jobs train (the backend's model)
+    base_model: str = ""
+    #: job knobs for tests: cap the steps (-1: the epochs decide)
+    max_steps: int = -1
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            known = ", ".join(sorted(FAMILIES))
+            raise ImproveError(f"--family {self.family!r}: no such task family ({known})")
+        teaching, held_out = split(self.family)
+        for name, value, low, high in (
+            ("--rounds", self.rounds, 1, 100),
+            ("--per-round", self.per_round, 1, len(teaching)),
+            ("--held-out", self.held_out, 1, len(held_out)),
+            ("--workers", self.workers, 1, 256),
+        ):
+            if not low <= value <= high:
+                raise ImproveError(f"{name} {value}: must be {low} to {high}")
+
+    def to_config(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ImproveConfig:
+        return cls(**config)
+
+
+@dataclass
+class SideFigures:
+    """One adapter (or the base) on the held-out variants."""
+
+    adapter: str
+    batch: int
+    passed: int
+    n: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.passed, self.n)
+
+    def line(self) -> str:
+        low, high = self.interval
+        return f"{self.passed}/{self.n} ({low:.2f}-{high:.2f})"
+
+
+def promotes(candidate: SideFigures, current: SideFigures) -> bool:
+    """The candidate's held-out pass rate rises beyond its confidence interval: the
+    interval's lower bound is above the current adapter's pass rate."""
+    return candidate.interval[0] > current.rate
+
+
+#: Runs a stored batch to its end with an adapter (None: the base model) and returns its
+#: status: local threads over the loaded backend, or Ray workers.
+BatchRunner = Callable[[int, str | None], BatchStatus]
+
+
+@dataclass
+class Improver:
+    store: TraceStore
+    run: Improvement
+    backend: Backend
+    run_batch: BatchRunner
+    data_dir: Path
+    say: Callable[[str], None] = print
+    #: seconds between reads of a training job's progress
+    poll: float = 1.0
+    config: ImproveConfig = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.config = ImproveConfig.from_config(self.run.config)
+
+    # -- the stored state -----------------------------------------------------------------
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.run.state
+
+    def save(self) -> None:
+        self.run = self.store.update_improvement(self.run.id, state=self.state)
+
+    def round_state(self, number: int) -> dict[str, Any]:
+        rounds: list[dict[str, Any]] = self.state.setdefault("rounds", [])
+        while len(rounds) < number:
+            rounds.append({"round": len(rounds) + 1})
+        return rounds[number - 1]
+
+    # -- the whole run --------------------------------------------------------------------
+
+    def go(self) -> Improvement:
+        """Every round not yet complete, in order; the run completed at the end."""
+        for number in range(1, self.config.rounds + 1):
+            done = self.round_state(number)
+            if "verdict" in done:
+                continue
+            self.one_round(number)
+            self.say(round_line(self.round_state(number)))
+        self.run = self.store.update_improvement(self.run.id, status="completed")
+        return self.run
+
+    def one_round(self, number: int) -> None:
+        this = self.round_state(number)
+        if "rollouts" not in this:
+            self.rollouts(number, this)
+        if "labels" not in this:
+            self.labels(this)
+        if "train" not in this:
+            self.train(number, this)
+        if this["train"].get("adapter") and "evaluate" not in this:
+            self.evaluate(this)
+        if "verdict" not in this:
+            self.verdict(this)
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def rollouts(self, number: int, this: dict[str, Any]) -> None:
+        teaching = split(self.config.family)[0]
+        start = (number - 1) * self.config.per_round
+        seeds = [teaching[(start + i) % len(teaching)] for i in range(self.config.per_round)]
+        adapter = self.state.get("adapter")
+        batch_id = this.get("batch")
+        if batch_id is None:
+            batch_id = self.new_batch(f"round {number} rollouts", seeds, adapter)
+            this["batch"] = batch_id
+            self.save()
+        started = time.monotonic()
+        self.finish_batch(batch_id, adapter)
+        tasks = self.store.batch_tasks(batch_id)
+        this["rollouts"] = {
+            "sessions": [t.session_id for t in tasks if t.session_id is not None],
+            "solved": sum(1 for t in tasks if solved(t.result)),
+            "n": len(tasks),
+            "tokens": sum(int(t.result.get("tokens", 0)) for t in tasks),
+            "seconds": round(time.monotonic() - started, 1),
+            "adapter": adapter,
+        }
+        self.save()
+
+    def labels(self, this: dict[str, Any]) -> None:
+        good = bad = kept = 0
+        for session_id in this["rollouts"]["sessions"]:
+            result = label_from_checks(self.store, session_id)
+            good, bad, kept = good + result.good, bad + result.bad, kept + result.kept
+        this["labels"] = {"good": good, "bad": bad, "operator_kept": kept}
+        self.save()
+
+    def train(self, number: int, this: dict[str, Any]) -> None:
+        sessions = [
+            s
+            for r in self.state["rounds"][:number]
+            for s in r.get("rollouts", {}).get("sessions", [])
+        ]
+        job_id = this.get("job")
+        if job_id is None:
+            examples = count_training_data(self.store, sessions=sessions).sft_examples
+            if not examples:
+                this["train"] = {"skipped": "no solved session yet: nothing to train"}
+                self.save()
+                return
+            options = JobOptions(
+                kind=JobKind.SFT,
+                base_model=self.config.base_model,
+                name=f"improve{self.run.id}-r{number}",
+                epochs=self.config.epochs,
+                learning_rate=self.config.learning_rate,
+                lora_r=self.config.lora_r,
+                max_steps=self.config.max_steps,
+                sessions=tuple(sessions),
+                save_steps=10_000,
+            )
+            try:
+                job = queue_job(self.store, options, data_dir=self.data_dir)
+            except JobError as exc:
+                this["train"] = {"skipped": str(exc)}
+                self.save()
+                return
+            job_id = this["job"] = job.id
+            self.save()
+        started = time.monotonic()
+        job = self.wait_for_job(job_id)
+        if job.status is not JobStatus.COMPLETED:
+            this["train"] = {"skipped": f"job {job.id} {job.status.value}: {job.error or ''}"}
+        else:
+            this["train"] = {
+                "adapter": job.name,
+                "examples": job.config.get("rows_at_queue"),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        self.save()
+
+    def wait_for_job(self, job_id: int) -> Any:
+        """The job to its end; a worker that died (the run was killed with it) is resumed."""
+        reap_dead_jobs(self.store, [self.store.get_job(job_id)])
+        job = self.store.get_job(job_id)
+        if job.status is JobStatus.FAILED and "died without finishing" in (job.error or ""):
+            resume_job(self.store, job_id)
+        for _ in follow(self.store, job_id, poll=self.poll):
+            pass
+        return self.store.get_job(job_id)
+
+    def evaluate(self, this: dict[str, Any]) -> None:
+        current = self.held_out(self.state.get("adapter"))
+        candidate = self.held_out(this["train"]["adapter"])
+        this["evaluate"] = {"current": asdict(current), "candidate": asdict(candidate)}
+        self.save()
+
+    def held_out(self, adapter: str | None) -> SideFigures:
+        """The held-out figures of `adapter`, measured once per run and kept."""
+        key = adapter or BASE
+        kept: dict[str, Any] = self.state.setdefault("held_out", {})
+        if key in kept and "passed" in kept[key]:
+            return SideFigures(**kept[key])
+        seeds = split(self.config.family)[1][: self.config.held_out]
+        batch_id = kept.get(key, {}).get("batch")
+        if batch_id is None:
+            batch_id = self.new_batch(f"held-out {key}", seeds, adapter)
+            kept[key] = {"batch": batch_id}
+            self.save()
+        self.finish_batch(batch_id, adapter)
+        tasks = self.store.batch_tasks(batch_id)
+        figures = SideFigures(key, batch_id, sum(1 for t in tasks if solved(t.result)), len(tasks))
+        kept[key] = asdict(figures)
+        self.save()
+        return figures
+
+    def verdict(self, this: dict[str, Any]) -> None:
+        figures = this.get("evaluate")
+        if figures is None:
+            this["verdict"] = "kept as data: no adapter trained"
+        else:
+            current = SideFigures(**figures["current"])
+            candidate = SideFigures(**figures["candidate"])
+            if promotes(candidate, current):
+                self.state["adapter"] = candidate.adapter
+                this["verdict"] = "promoted"
+            else:
+                this["verdict"] = f"kept as data: {current.adapter} stays"
+        self.save()
+
+    # -- batches --------------------------------------------------------------------------
+
+    def new_batch(self, what: str, seeds: list[int], adapter: str | None) -> int:
+        specs = [{"task": f"family:{self.config.family}:{seed}"} for seed in seeds]
+        name = f"improve {self.run.id} {what}"
+        batch = self.store.create_batch(
+            specs,
+            name=name,
+            source=f"improve:{self.run.id}",
+            source_hash=f"improve-{self.run.id}-{what}".replace(" ", "-"),
+            config={"improvement": self.run.id, "adapter": adapter, "approval": "auto",
+                    "workers": self.config.workers, "ray": self.config.ray},
+        )  # fmt: skip
+        return batch.id
+
+    def finish_batch(self, batch_id: int, adapter: str | None) -> None:
+        if self.store.get_batch(batch_id).status is BatchStatus.COMPLETED:
+            return
+        status = self.run_batch(batch_id, adapter)
+        if status is not BatchStatus.COMPLETED:
+            raise Stopped(f"batch {batch_id} {status.value}")
+
+
+class Stopped(Exception):
+    """A batch did not complete (stopped, or its backend failed): the run is resumable."""
+
+
+def solved(result: dict[str, Any]) -> bool:
+    total = result.get("checks_total") or 0
+    return bool(total) and result.get("checks_passed") == total
+
+
+def round_line(this: dict[str, Any]) -> str:
+    """`round 2: 3/8 solved · labels +3 -9 · trained improve4-r2 · held-out ... · promoted`"""
+    parts = [f"round {this['round']}"]
+    rollouts = this.get("rollouts")
+    if rollouts:
+        parts.append(
+            f"{rollouts['solved']}/{rollouts['n']} solved ({rollouts['tokens']:,} tokens, "
+            f"{rollouts['seconds']:.0f} s)"
+        )
+    labels = this.get("labels")
+    if labels:
+        parts.append(f"labels +{labels['good']} -{labels['bad']}")
+    train = this.get("train", {})
+    if "adapter" in train:
+        parts.append(f"trained {train['adapter']} ({train['seconds']:.0f} s)")
+    elif "skipped" in train:
+        parts.append(f"not trained: {train['skipped']}")
+    figures = this.get("evaluate")
+    if figures:
+        current, candidate = SideFigures(**figures["current"]), SideFigures(**figures["candidate"])
+        parts.append(f"held-out {candidate.line()} against {current.adapter} {current.line()}")
+    if "verdict" in this:
+        parts.append(this["verdict"])
+    return ": ".join(parts[:2]) + "".join(f" · {p}" for p in parts[2:])
