@@ -172,6 +172,11 @@ MAIN_ACTIONS = (
         "Batch runs: progress, each task's status and result; enter opens a session",
         palette="batch: Batches", show=False,
     ),
+    Action(
+        "main.improve", "I", "app.improve", "Improve",
+        "Improvement runs (agent-console improve): held-out pass rate per round; p promotes "
+        "a round's adapter", palette="view: Improvement runs", show=False,
+    ),
     command("adapter: Use adapter…", "app.use_adapter", "Sample with a registered LoRA adapter"),
     command("adapter: Base model", "app.base_model", "Sample with the base model again"),
     Action(
@@ -371,6 +376,18 @@ BATCHES_ACTIONS = (
     ),
 )  # fmt: skip
 
+IMPROVE_ACTIONS = (
+    Action(
+        "improve.promote", "p", "promote", "Promote",
+        "Use the highlighted round's adapter: the run goes on with it, and so does the console",
+        palette="improve: Promote",
+    ),
+    Action(
+        "improve.back", "escape", "back", "Back", "Back to the previous screen",
+        palette="improve: Back",
+    ),
+)  # fmt: skip
+
 COMPARE_ACTIONS = (
     Action(
         "compare.stop", "x", "stop", "Stop",
@@ -456,6 +473,7 @@ TABLES: dict[str, tuple[Action, ...]] = {
     "yes/no question": CONFIRM_ACTIONS,
     "adapter picker": ADAPTER_PICKER_ACTIONS,
     "batches screen": BATCHES_ACTIONS,
+    "improvement runs": IMPROVE_ACTIONS,
     "A/B screen": COMPARE_ACTIONS,
     "held-out A/B": HELD_OUT_ACTIONS,
     "search": SEARCH_ACTIONS,

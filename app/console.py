@@ -401,6 +401,12 @@ class ConsoleApp(App[None]):
 
         self.push_screen(BatchesScreen(self.store), opened)
 
+    def action_improve(self) -> None:
+        """The runs of `agent-console improve` (often running in another process)."""
+        from app.screens.improve import ImproveScreen
+
+        self.push_screen(ImproveScreen(self.store))
+
     def action_use_adapter(self) -> None:
         from app.dialogs import AdapterPicker
 

@@ -25,6 +25,7 @@ from app.screens.batches import BatchesCommands, BatchesScreen
 from app.screens.compare import CompareCommands, CompareScreen
 from app.screens.held_out import HeldOutScreen
 from app.screens.help import HelpScreen
+from app.screens.improve import ImproveCommands, ImproveScreen
 from app.screens.jobs import JobsCommands, JobsScreen
 from app.screens.label import LabelCommands, LabelScreen
 from app.screens.main import MainCommands, MainScreen
@@ -50,6 +51,7 @@ BINDING_OWNERS: dict[type, tuple[Action, ...]] = {
     ConfirmScreen: actions.CONFIRM_ACTIONS,
     AdapterPicker: actions.ADAPTER_PICKER_ACTIONS,
     BatchesScreen: actions.BATCHES_ACTIONS,
+    ImproveScreen: actions.IMPROVE_ACTIONS,
     CompareScreen: actions.COMPARE_ACTIONS,
     HeldOutScreen: actions.HELD_OUT_ACTIONS,
     SearchScreen: actions.SEARCH_ACTIONS,
@@ -66,6 +68,7 @@ PALETTE_OWNERS: dict[type[ScreenCommands], tuple[Action, ...]] = {
     TrainCommands: actions.TRAIN_CONFIRM_ACTIONS,
     JobsCommands: actions.JOBS_ACTIONS,
     BatchesCommands: actions.BATCHES_ACTIONS,
+    ImproveCommands: actions.IMPROVE_ACTIONS,
     CompareCommands: actions.COMPARE_ACTIONS,
     SearchCommands: actions.SEARCH_ACTIONS,
     SimilarCommands: actions.SIMILAR_ACTIONS,
