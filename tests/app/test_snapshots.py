@@ -16,7 +16,7 @@ import pytest
 from rich.style import Style
 from textual.pilot import Pilot
 from textual.widget import Widget
-from textual.widgets import Button, Input, RadioButton, Static
+from textual.widgets import Button, Input, RadioButton, Static, TextArea
 
 from agents.settings import Settings
 from agents.tasks import prompt_task
@@ -156,6 +156,11 @@ def opening(open_screen: Opener) -> Callable[[Pilot[None]], Awaitable[None]]:
         await open_screen(app)
         await settle(pilot)
         app.clear_notifications()  # the A/B screens' failures: toasts
+        # A blinking cursor is drawn or not depending on when the frame is taken (the
+        # search screen's input flaked under load): held on, every run draws the same.
+        for widget in app.screen.query("Input, TextArea"):
+            if isinstance(widget, Input | TextArea):
+                widget.cursor_blink = False
         await pilot.pause()
 
     return run_before
