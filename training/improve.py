@@ -22,6 +22,7 @@ as it is done, so a run killed at any point resumes from its last complete step:
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -130,14 +131,14 @@ class Improver:
     poll: float = 1.0
     config: ImproveConfig = field(init=False)
 
+    state: dict[str, Any] = field(init=False)
+
     def __post_init__(self) -> None:
         self.config = ImproveConfig.from_config(self.run.config)
+        #: the run's state as this process changes it; each step's end writes it whole
+        self.state = copy.deepcopy(self.run.state)
 
     # -- the stored state -----------------------------------------------------------------
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return self.run.state
 
     def save(self) -> None:
         self.run = self.store.update_improvement(self.run.id, state=self.state)
