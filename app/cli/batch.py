@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
-from app.cli.common import open_model, open_store, refuse_without_sandbox
+from app.cli.common import command_fail, open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
@@ -68,9 +68,7 @@ def add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console batch: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail("batch")
 
 
 def run_batch(args: argparse.Namespace, settings: Settings) -> int:

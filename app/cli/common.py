@@ -17,6 +17,19 @@ if TYPE_CHECKING:
 #: A command's error printer: one line, returns the exit code it is given.
 Fail = Callable[[str, int], int]
 
+
+def command_fail(command: str | None) -> Fail:
+    """The error printer of `agent-console COMMAND` (None: of agent-console itself):
+    `agent-console batch: error: ...` on stderr, one line."""
+    prefix = f"agent-console {command}" if command else "agent-console"
+
+    def fail(message: str, code: int) -> int:
+        print(f"{prefix}: error: {message}", file=sys.stderr)
+        return code
+
+    return fail
+
+
 UNSAFE_WARNING = (
     "WARNING: --unsafe-no-sandbox: model-written code runs WITHOUT the sandbox, as you, "
     "with your files and network. Only rlimits and timeouts apply."

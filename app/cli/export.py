@@ -4,11 +4,11 @@ weave SESSION --out DIR`: a session in weave-agent's trace format (app/cli/weave
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import exit_codes
+from app.cli.common import command_fail
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -76,9 +76,7 @@ def add_export_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console export: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail("export")
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:

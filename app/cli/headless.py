@@ -23,7 +23,7 @@ from agents.events import (
 )
 from agents.runtime import session_options
 from app import exit_codes
-from app.cli.common import open_model, open_store, refuse_without_sandbox
+from app.cli.common import command_fail, open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
@@ -32,9 +32,7 @@ if TYPE_CHECKING:
 #: The block statuses `--query` prints a line for.
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail(None)
 
 
 class Progress:

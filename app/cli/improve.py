@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app import exit_codes
-from app.cli.common import open_model, open_store, refuse_without_sandbox
+from app.cli.common import command_fail, open_model, open_store, refuse_without_sandbox
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
@@ -56,9 +56,7 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console improve: {message}", file=sys.stderr)
-    return code
+fail = command_fail("improve")
 
 
 def run_improve(args: argparse.Namespace, settings: Settings) -> int:

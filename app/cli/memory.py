@@ -4,11 +4,11 @@ command line (see agents/memory.py)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import TYPE_CHECKING
 
 from app import exit_codes
+from app.cli.common import command_fail
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -36,9 +36,7 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console memory: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail("memory")
 
 
 def run_memory(args: argparse.Namespace, settings: Settings) -> int:

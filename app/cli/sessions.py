@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from app import exit_codes
-from app.cli.common import open_store
+from app.cli.common import command_fail, open_store
 from app.text import first_line, fit
 
 if TYPE_CHECKING:
@@ -57,9 +56,7 @@ def add_sessions_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console sessions: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail("sessions")
 
 
 def run_sessions(args: argparse.Namespace, settings: Settings) -> int:

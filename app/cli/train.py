@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
+from app.cli.common import command_fail
 
 if TYPE_CHECKING:
     from agents.settings import Settings
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
 TRAIN_COMMANDS = ("sft", "dpo", "kto", "starter", "status", "cancel", "resume", "logs")
 
 
-def fail(message: str, code: int) -> int:
-    print(f"agent-console: error: {message}", file=sys.stderr)
-    return code
+fail = command_fail(None)
 
 
 # -- parsers ----------------------------------------------------------------------------------
