@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
-from app.cli.common import command_fail, open_model, open_store, refuse_without_sandbox
+from app.cli.common import open_model, open_store, refuse_without_sandbox
+from app.cli.failing import command_fail
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:

@@ -4,31 +4,15 @@ line through the command's own `fail` and an exit code."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app import exit_codes
+from app.cli.failing import Fail
 
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.settings import Settings
     from storage import TraceStore
-
-#: A command's error printer: one line, returns the exit code it is given.
-Fail = Callable[[str, int], int]
-
-
-def command_fail(command: str | None) -> Fail:
-    """The error printer of `agent-console COMMAND` (None: of agent-console itself):
-    `agent-console batch: error: ...` on stderr, one line."""
-    prefix = f"agent-console {command}" if command else "agent-console"
-
-    def fail(message: str, code: int) -> int:
-        print(f"{prefix}: error: {message}", file=sys.stderr)
-        return code
-
-    return fail
-
 
 UNSAFE_WARNING = (
     "WARNING: --unsafe-no-sandbox: model-written code runs WITHOUT the sandbox, as you, "

@@ -23,7 +23,8 @@ from agents.events import (
 )
 from agents.runtime import session_options
 from app import exit_codes
-from app.cli.common import command_fail, open_model, open_store, refuse_without_sandbox
+from app.cli.common import open_model, open_store, refuse_without_sandbox
+from app.cli.failing import command_fail
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:

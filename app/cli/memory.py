@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from app import exit_codes
-from app.cli.common import command_fail
+from app.cli.failing import command_fail
 
 if TYPE_CHECKING:
     from agents.settings import Settings

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from app import exit_codes
-from app.cli.common import command_fail, open_store
+from app.cli.common import open_store
+from app.cli.failing import command_fail
 from app.text import first_line, fit
 
 if TYPE_CHECKING:

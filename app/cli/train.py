@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app import exit_codes
-from app.cli.common import command_fail
+from app.cli.failing import command_fail
 
 if TYPE_CHECKING:
     from agents.settings import Settings
