@@ -171,22 +171,33 @@ class Workbench:
         from storage import NotFoundError
 
         try:
-            if name is not None:
-                self.ensure_adapter(backend, name)
-            backend.use_adapter(name)
+            use_registered_adapter(self.store, backend, name)
         except (BackendError, NotFoundError) as exc:
             return str(exc)
         return None
 
     def ensure_adapter(self, backend: Backend, name: str) -> None:
         """The registered adapter `name` loaded into `backend` (not put in use)."""
-        if name not in backend.adapters():
-            backend.load_adapter(name, self.store.get_adapter(name).path)
+        load_registered_adapter(self.store, backend, name)
 
     def close(self) -> None:
         self.memory.close()
         if self._owns_store and self._store is not None:
             self._store.close()
+
+
+def load_registered_adapter(store: TraceStore, backend: Backend, name: str) -> None:
+    """The store's registered adapter `name` loaded into `backend` once (not put in use)."""
+    if name not in backend.adapters():
+        backend.load_adapter(name, store.get_adapter(name).path)
+
+
+def use_registered_adapter(store: TraceStore, backend: Backend, name: str | None) -> None:
+    """`backend` samples with the registered adapter `name` (loaded first if new), or with
+    the base model (None)."""
+    if name is not None:
+        load_registered_adapter(store, backend, name)
+    backend.use_adapter(name)
 
 
 class SharedMemory:

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import batch as b
 from agents.backends.offline import ensure_model
 from agents.runtime import RunOptions
+from agents.workbench import use_registered_adapter
 from storage import BatchStatus, TraceStore
 from training.improve import ImproveConfig, Improver, SideFigures
 
@@ -67,10 +68,7 @@ def main() -> None:
     )  # fmt: skip
 
     def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
-        if adapter is not None and adapter not in backend.adapters():
-            found = store.get_adapter(adapter)
-            backend.load_adapter(found.name, found.path)
-        backend.use_adapter(adapter)
+        use_registered_adapter(store, backend, adapter)
         context = b.WorkerContext(store, backend, options, args.work / "sessions")
         return b.run_local(context, batch_id, int(run.config["workers"])).status
 

@@ -14,7 +14,6 @@ from app.cli.failing import command_fail
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
-    from agents.backends import Backend
     from agents.settings import Settings
     from storage import BatchStatus, TraceStore
 
@@ -104,6 +103,7 @@ def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
     from agents import batch as b
     from agents.runtime import RunOptions
     from agents.settings import data_dir
+    from agents.workbench import use_registered_adapter
     from training.improve import Improver, Stopped
 
     run = store.get_improvement(run_id)
@@ -124,7 +124,7 @@ def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
         options = RunOptions.from_settings(settings, backend, approval="auto", memory=False)
 
         def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
-            use_adapter(store, backend, adapter)
+            use_registered_adapter(store, backend, adapter)
             workers = int(run.config.get("workers", 1))
             if ray is not None:
                 done = b.run_ray(
@@ -163,17 +163,6 @@ def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
     adapter = done.state.get("adapter") or "the base model"
     print(f"run {done.id} completed: {adapter} in use", file=sys.stderr)
     return exit_codes.OK
-
-
-def use_adapter(store: TraceStore, backend: Backend, name: str | None) -> None:
-    """The backend samples with `name` (loaded first if it is new), or the base model."""
-    if name is None:
-        backend.use_adapter(None)
-        return
-    if name not in backend.adapters():
-        adapter = store.get_adapter(name)
-        backend.load_adapter(adapter.name, adapter.path)
-    backend.use_adapter(name)
 
 
 def _list(store: TraceStore) -> int:

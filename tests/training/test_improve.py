@@ -21,6 +21,7 @@ from agents.backends import open_backend
 from agents.families import FAMILIES, Family, split
 from agents.runtime import RunOptions
 from agents.settings import Settings
+from agents.workbench import use_registered_adapter
 from storage import BatchStatus, BatchTaskStatus, LabelValue, NodeStatus, TraceStore
 from training.datasets import iter_rows
 from training.improve import (
@@ -131,10 +132,7 @@ def test_a_small_run_end_to_end_stopped_and_resumed(
         batches.append(batch_id)
         if len(batches) == stop_at["batch"]:
             raise KeyboardInterrupt  # killed here: nothing of this batch ran
-        if adapter is not None and adapter not in backend.adapters():
-            found = store.get_adapter(adapter)
-            backend.load_adapter(found.name, found.path)
-        backend.use_adapter(adapter)
+        use_registered_adapter(store, backend, adapter)
         context = b.WorkerContext(store, backend, options, tmp_path / "sessions")
         return b.run_local(context, batch_id, 1).status
 
