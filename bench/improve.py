@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--then", default="kto", choices=("kto", "dpo", "none"))
     parser.add_argument("--candidates", type=int, default=2)
     parser.add_argument("--block-tokens", type=int, default=192)
     parser.add_argument("--work", type=Path, default=Path(".bench/improve-work"))
@@ -57,7 +58,7 @@ def main() -> None:
     else:
         config = ImproveConfig(
             family=args.family, rounds=args.rounds, per_round=args.per_round,
-            held_out=args.held_out, workers=args.workers, epochs=args.epochs,
+            held_out=args.held_out, workers=args.workers, epochs=args.epochs, then=args.then,
             base_model=str(model),
         )  # fmt: skip
         run = store.create_improvement(args.family, config=config.to_config())
@@ -77,17 +78,19 @@ def main() -> None:
     done = improver.go()
     rows: list[dict[str, Any]] = []
     print(
-        "| round | solved | labels +/- | trained (s) | held-out new | held-out in use | verdict |"
+        "| round | solved | labels +/- | SFT (s) | preference (s) | held-out new | held-out in use "
+        "| verdict |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for this in done.state["rounds"]:
         figures = this.get("evaluate") or {}
-        new = SideFigures(**figures["candidate"]).line() if figures else "-"
-        current = SideFigures(**figures["current"]).line() if figures else "-"
+        new = SideFigures(**figures["candidate"]).line() if "candidate" in figures else "-"
+        current = SideFigures(**figures["current"]).line() if "current" in figures else "-"
         roll, labels, train = this["rollouts"], this["labels"], this["train"]
         print(
             f"| {this['round']} | {roll['solved']}/{roll['n']} ({roll['tokens']:,} tokens) "
-            f"| +{labels['good']} -{labels['bad']} | {train.get('seconds', '-')} | {new} "
+            f"| +{labels['good']} -{labels['bad']} | {train.get('seconds', '-')} "
+            f"| {this.get('prefer', {}).get('seconds', '-')} | {new} "
             f"| {current} | {this['verdict']} |",
             flush=True,
         )

@@ -13,9 +13,12 @@ as it is done, so a run killed at any point resumes from its last complete step:
 3. `train`: rejection-sampling SFT on the solved paths of every round so far (and whatever
    the operator labelled in those sessions), as an ordinary training job. No solved path
    yet: nothing to train, and the round is kept as data.
-4. `evaluate`: the new adapter and the one in use (each once: a side's figures are kept)
-   on the family's held-out variants, pass rates with 95% Wilson intervals.
-5. `verdict`: the new adapter is promoted (used from the next round on) only when its
+4. `prefer` (`then`): KTO (the default) or DPO on top of the SFT adapter, from the same
+   sessions' labels; skipped, with its reason kept, where they make no such rows.
+5. `evaluate`: the adapter in use on the family's held-out variants (every round: the
+   curve), and the round's new adapter beside it; pass rates with 95% Wilson intervals,
+   each side measured once per run.
+6. `verdict`: the new adapter is promoted (used from the next round on) only when its
    interval's lower bound is above the pass rate of the adapter in use; otherwise the
    adapter in use stays and the round is kept as data.
 """
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 
 #: what a run's side is called when no adapter is in use
 BASE = "base"
+#: the preference stages a round may add after its SFT job
+THEN = ("kto", "dpo", "none")
 
 
 class ImproveError(ValueError):
@@ -63,6 +68,8 @@ class ImproveConfig:
     base_model: str = ""
     #: job knobs for tests: cap the steps (-1: the epochs decide)
     max_steps: int = -1
+    #: the preference stage after SFT: "kto", "dpo" or "none"
+    then: str = "kto"
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -77,13 +84,16 @@ class ImproveConfig:
         ):
             if not low <= value <= high:
                 raise ImproveError(f"{name} {value}: must be {low} to {high}")
+        if self.then not in THEN:
+            raise ImproveError(f"--then {self.then!r}: must be one of {', '.join(THEN)}")
 
     def to_config(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ImproveConfig:
-        return cls(**config)
+        # a run stored before the preference stage existed trained SFT only
+        return cls(**{"then": "none", **config})
 
 
 @dataclass
@@ -170,7 +180,9 @@ class Improver:
             self.labels(this)
         if "train" not in this:
             self.train(number, this)
-        if this["train"].get("adapter") and "evaluate" not in this:
+        if self.config.then != "none" and this["train"].get("adapter") and "prefer" not in this:
+            self.prefer(number, this)
+        if "evaluate" not in this:
             self.evaluate(this)
         if "verdict" not in this:
             self.verdict(this)
@@ -209,48 +221,78 @@ class Improver:
         self.save()
 
     def train(self, number: int, this: dict[str, Any]) -> None:
-        sessions = [
+        """Rejection-sampling SFT on the solved paths of every round so far."""
+        sessions = self.sessions_so_far(number)
+        if (
+            this.get("job") is None
+            and not count_training_data(self.store, sessions=sessions).sft_examples
+        ):
+            this["train"] = {"skipped": "no solved session yet: nothing to train"}
+            self.save()
+            return
+        this["train"] = self.job(this, "job", JobKind.SFT, f"improve{self.run.id}-r{number}",
+                                 sessions)  # fmt: skip
+        self.save()
+
+    def prefer(self, number: int, this: dict[str, Any]) -> None:
+        """DPO or KTO (`then`) on top of the round's SFT adapter, from the same labels: KTO
+        takes the solved paths as desirable and the failed actions as undesirable; DPO
+        takes pass-over-fail siblings, which only blocks judged side by side make."""
+        kind = JobKind(self.config.then)
+        name = f"improve{self.run.id}-r{number}-{kind.value}"
+        start_from = this["train"]["adapter"]
+        this["prefer"] = self.job(this, "prefer_job", kind, name,
+                                  self.sessions_so_far(number), start_from)  # fmt: skip
+        self.save()
+
+    def sessions_so_far(self, number: int) -> list[int]:
+        return [
             s
             for r in self.state["rounds"][:number]
             for s in r.get("rollouts", {}).get("sessions", [])
         ]
-        job_id = this.get("job")
+
+    def job(
+        self,
+        this: dict[str, Any],
+        key: str,
+        kind: JobKind,
+        name: str,
+        sessions: list[int],
+        start_from: str | None = None,
+    ) -> dict[str, Any]:
+        """One training job of the round, queued once (its id kept under `key`) and
+        followed to its end: `{adapter, examples, seconds}`, or `{skipped: why}`."""
+        job_id = this.get(key)
         if job_id is None:
-            examples = count_training_data(self.store, sessions=sessions).sft_examples
-            if not examples:
-                this["train"] = {"skipped": "no solved session yet: nothing to train"}
-                self.save()
-                return
             options = JobOptions(
-                kind=JobKind.SFT,
+                kind=kind,
                 base_model=self.config.base_model,
-                name=f"improve{self.run.id}-r{number}",
+                name=name,
                 epochs=self.config.epochs,
-                learning_rate=self.config.learning_rate,
+                learning_rate=self.config.learning_rate if kind is JobKind.SFT else None,
                 lora_r=self.config.lora_r,
                 max_steps=self.config.max_steps,
                 sessions=tuple(sessions),
                 save_steps=10_000,
+                start_from=start_from,
             )
             try:
                 job = queue_job(self.store, options, data_dir=self.data_dir)
             except JobError as exc:
-                this["train"] = {"skipped": str(exc)}
-                self.save()
-                return
-            job_id = this["job"] = job.id
+                return {"skipped": str(exc)}
+            job_id = this[key] = job.id
             self.save()
         started = time.monotonic()
         job = self.wait_for_job(job_id)
         if job.status is not JobStatus.COMPLETED:
-            this["train"] = {"skipped": f"job {job.id} {job.status.value}: {job.error or ''}"}
-        else:
-            this["train"] = {
-                "adapter": job.name,
-                "examples": job.config.get("rows_at_queue"),
-                "seconds": round(time.monotonic() - started, 1),
-            }
-        self.save()
+            return {"skipped": f"job {job.id} {job.status.value}: {job.error or ''}"}
+        return {
+            "adapter": job.name,
+            "kind": kind.value,
+            "examples": job.config.get("rows_at_queue"),
+            "seconds": round(time.monotonic() - started, 1),
+        }
 
     def wait_for_job(self, job_id: int) -> Any:
         """The job to its end; a worker that died (the run was killed with it) is resumed."""
@@ -263,9 +305,12 @@ class Improver:
         return self.store.get_job(job_id)
 
     def evaluate(self, this: dict[str, Any]) -> None:
-        current = self.held_out(self.state.get("adapter"))
-        candidate = self.held_out(this["train"]["adapter"])
-        this["evaluate"] = {"current": asdict(current), "candidate": asdict(candidate)}
+        """The held-out figures of the adapter in use (every round has them: the curve) and
+        of the round's new adapter, where one was trained."""
+        figures = {"current": asdict(self.held_out(self.state.get("adapter")))}
+        if adapter := trained_adapter(this):
+            figures["candidate"] = asdict(self.held_out(adapter))
+        this["evaluate"] = figures
         self.save()
 
     def held_out(self, adapter: str | None) -> SideFigures:
@@ -288,8 +333,8 @@ class Improver:
         return figures
 
     def verdict(self, this: dict[str, Any]) -> None:
-        figures = this.get("evaluate")
-        if figures is None:
+        figures = this.get("evaluate") or {}
+        if "candidate" not in figures:
             this["verdict"] = "kept as data: no adapter trained"
         else:
             current = SideFigures(**figures["current"])
@@ -324,6 +369,11 @@ class Improver:
             raise Stopped(f"batch {batch_id} {status.value}")
 
 
+def trained_adapter(this: dict[str, Any]) -> str | None:
+    """The round's new adapter: the preference stage's where it trained, else the SFT one."""
+    return this.get("prefer", {}).get("adapter") or this.get("train", {}).get("adapter")
+
+
 class Stopped(Exception):
     """A batch did not complete (stopped, or its backend failed): the run is resumable."""
 
@@ -350,10 +400,18 @@ def round_line(this: dict[str, Any]) -> str:
         parts.append(f"trained {train['adapter']} ({train['seconds']:.0f} s)")
     elif "skipped" in train:
         parts.append(f"not trained: {train['skipped']}")
-    figures = this.get("evaluate")
-    if figures:
+    prefer = this.get("prefer", {})
+    if "adapter" in prefer:
+        parts.append(f"then {prefer['adapter']} ({prefer['seconds']:.0f} s)")
+    elif "skipped" in prefer:
+        parts.append(f"no preference stage: {prefer['skipped']}")
+    figures = this.get("evaluate") or {}
+    if "candidate" in figures:
         current, candidate = SideFigures(**figures["current"]), SideFigures(**figures["candidate"])
         parts.append(f"held-out {candidate.line()} against {current.adapter} {current.line()}")
+    elif "current" in figures:
+        current = SideFigures(**figures["current"])
+        parts.append(f"held-out {current.adapter} {current.line()}")
     if "verdict" in this:
         parts.append(this["verdict"])
     return ": ".join(parts[:2]) + "".join(f" · {p}" for p in parts[2:])

@@ -25,7 +25,8 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "trained, kept only when held-out variants get better",
         description="Each round runs --per-round teaching variants of the family, labels "
         "them from their checks (a solved session's path good, a failed one's actions bad; "
-        "never over an operator's label), trains an SFT adapter on the solved paths so far, "
+        "never over an operator's label), trains an SFT adapter on the solved paths so far "
+        "and then (--then) a KTO or DPO adapter on top of it from the same labels, "
         "and measures it against the adapter in use on --held-out held-out variants. It is "
         "promoted only when its pass rate's 95%% interval lies above the current one's rate. "
         "Killed at any point, `--resume ID` continues from the last complete step.",
@@ -48,6 +49,10 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="run the rollouts as Ray tasks on the cluster at ADDRESS (a PostgreSQL store)",
     )  # fmt: skip
     improve.add_argument("--epochs", type=float, default=2.0, help="per round (default: 2)")
+    improve.add_argument(
+        "--then", dest="improve_then", choices=("kto", "dpo", "none"), default="kto",
+        help="the preference stage after each round's SFT job (default: kto)",
+    )  # fmt: skip
     improve.add_argument(
         "--resume", dest="improve_resume", type=int, metavar="ID", help="continue run ID"
     )
@@ -75,6 +80,7 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
                 workers=args.improve_workers,
                 ray=args.improve_ray,
                 epochs=args.epochs,
+                then=args.improve_then,
                 base_model=settings.model,
             )
         except ImproveError as exc:
@@ -101,6 +107,7 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
     from agents import batch as b
+    from agents.backends import BackendError
     from agents.runtime import RunOptions
     from agents.settings import data_dir
     from agents.workbench import use_registered_adapter
@@ -157,6 +164,11 @@ def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
                 return fail(
                     f"{reason}; resume with `agent-console improve --resume {run.id}`",
                     exit_codes.INTERRUPTED,
+                )
+            except BackendError as exc:  # the server went away, or refused an adapter
+                return fail(
+                    f"{exc}; resume with `agent-console improve --resume {run.id}`",
+                    exit_codes.MODEL,
                 )
     finally:
         backend.close()

@@ -23,7 +23,7 @@ from app.actions import IMPROVE_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.messages import UseAdapter
 from app.shared import report_failure
-from training.improve import BASE, SideFigures
+from training.improve import BASE, SideFigures, trained_adapter
 
 if TYPE_CHECKING:
     from storage import Improvement, TraceStore
@@ -60,9 +60,9 @@ def plot(run: Improvement) -> Text:
         text.append("\n")
     shown = False
     for this in run.state.get("rounds", []):
-        figures = this.get("evaluate")
+        figures = this.get("evaluate") or {}
         text.append(f"round {this['round']:<3}")
-        if figures is None:
+        if "candidate" not in figures:
             text.append(f"{this.get('train', {}).get('skipped', 'not measured yet')}\n", "dim")
             continue
         shown = True
@@ -79,13 +79,13 @@ def round_row(this: dict[str, Any]) -> tuple[str, ...]:
     rollouts = this.get("rollouts", {})
     labels = this.get("labels")
     train = this.get("train", {})
-    figures = this.get("evaluate")
+    figures = this.get("evaluate") or {}
     return (
         str(this["round"]),
         f"{rollouts['solved']}/{rollouts['n']}" if rollouts else "…",
         f"+{labels['good']} -{labels['bad']}" if labels else "…",
-        train.get("adapter") or ("-" if "skipped" in train else "…"),
-        SideFigures(**figures["candidate"]).line() if figures else "-",
+        trained_adapter(this) or ("-" if "skipped" in train else "…"),
+        SideFigures(**figures["candidate"]).line() if "candidate" in figures else "-",
         this.get("verdict", "…") + (" · promoted by hand" if this.get("promoted_by_hand") else ""),
     )
 

@@ -1,7 +1,7 @@
 """Batch rollouts against a real vLLM server serving the tiny model: 20+ sessions with 4
 workers in this process, the same on a local Ray cluster writing to PostgreSQL, and the
 CLI stopped with Ctrl-C mid-batch, then resumed, every task ending with exactly one
-session."""
+session; an improvement round's batches on Ray."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from agents import batch as b
 from agents.backends.openai_backend import OpenAIBackend
+from agents.families import FAMILIES, split
 from agents.runtime import RunOptions
 from app import exit_codes
 from storage import BatchStatus, BatchTaskStatus, SessionStatus, TraceStore
@@ -25,9 +26,12 @@ from tests.backends.vllm_server import (
     SERVED_NAME,
     VLLMServer,
 )
+from tests.support import coin_family
 from tests.support.answer_task import task_toml
 
 pytestmark = pytest.mark.timeout(600)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 FAST = RunOptions(
@@ -140,6 +144,76 @@ def test_the_same_batch_as_ray_tasks_writing_to_postgresql(
             workers = {t.worker for t in store.batch_tasks(batch.id)}
             assert len({w.rsplit(":", 1)[0] for w in workers}) >= 2  # several processes
     finally:
+        ray.shutdown()
+
+
+def test_improvement_rounds_on_ray_writing_to_postgresql(
+    vllm_server: VLLMServer,
+    pg_url: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`improve --ray`'s path: a round's rollouts and held-out batches as Ray tasks that
+    write to one PostgreSQL store, labels from their checks, a training job that reads the
+    same store, and the new adapter loaded into the shared server for the held-out side."""
+    ray = pytest.importorskip("ray")
+    from agents.settings import Settings
+    from agents.workbench import use_registered_adapter
+    from training.improve import ImproveConfig, Improver
+
+    monkeypatch.setitem(FAMILIES, coin_family.NAME, coin_family.FAMILY)
+    teaching, held_out = split(coin_family.NAME)
+    settings = Settings(
+        db=pg_url, backend="openai", base_url=vllm_server.base_url, model=SERVED_NAME
+    )
+    options = RunOptions(
+        candidates=1, escalation=(), block_tokens=16, max_ticks=1, approval="auto",
+        action_timeout=10.0, memory=False, seed=3,
+    )  # fmt: skip
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PYTHONPATH": str(REPO)}
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False,
+        runtime_env={"env_vars": env,
+                     # the workers know the built-in families only: add the test's
+                     "worker_process_setup_hook": "tests.support.coin_family.register"},
+    )  # fmt: skip
+    backend = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
+    try:
+        with TraceStore(pg_url) as store:
+            config = ImproveConfig(
+                family=coin_family.NAME, rounds=1, per_round=3, held_out=3, workers=2,
+                ray="local", epochs=1.0, base_model=str(tiny_model_dir), max_steps=2,
+                then="none", lora_r=8,  # the shared server's --max-lora-rank
+            )  # fmt: skip
+            run = store.create_improvement(config.family, config=config.to_config())
+
+            def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
+                use_registered_adapter(store, backend, adapter)  # into the shared server
+                return b.run_ray(
+                    store, settings, options, batch_id, 2, address=None, adapter=adapter
+                ).status
+
+            done = Improver(store, run, backend, run_batch, data_dir=tmp_path / "jobs",
+                            say=lambda _: None, poll=0.2).go()  # fmt: skip
+            assert done.status == "completed"
+            (one,) = done.state["rounds"]
+            tasks = store.batch_tasks(one["batch"])
+            assert all(t.runs == 1 and t.worker for t in tasks)
+            solved = sum(map(coin_family.coin_passes, teaching[:3]))
+            assert one["rollouts"]["solved"] == one["labels"]["good"] == solved
+            job = store.get_job(one["job"])  # the trainer read the same store
+            assert job.config["db"].startswith("postgresql") and job.status.value == "completed"
+            adapter = one["train"]["adapter"]
+            assert adapter in backend.adapters()  # loaded into the server the workers share
+            measured = done.state["held_out"]
+            assert set(measured) == {"base", adapter}
+            expected = sum(map(coin_family.coin_passes, held_out[:3]))
+            assert {side["passed"] for side in measured.values()} == {expected}
+            for task in store.batch_tasks(measured[adapter]["batch"]):
+                assert store.get_session(task.session_id).adapter == adapter  # type: ignore[arg-type]
+    finally:
+        backend.close()
         ray.shutdown()
 
 

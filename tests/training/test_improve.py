@@ -1,16 +1,15 @@
 """`agent-console improve` (`training.improve`): the promotion rule, the request checks,
 and a small run on the tiny model end to end (rollouts, automatic labels, a training job,
-the held-out measurement, the promotion decision), stopped in its second round and resumed
+the held-out measurement, the promotion decision), stopped in its first held-out step and resumed
 from the store; the operator's labels win over the automatic ones in the dataset the job
 trains on, row by row.
 
 The tiny model writes noise, so the test family's checks decide by the variant alone: a
-third of its variants pass whatever the model does (`coin`). That makes solved and failed
-sessions a test can count on, the way tests/support/answer_task.py does for one task."""
+third of its variants pass whatever the model does (`coin`, tests/support/coin_family.py).
+That makes solved and failed sessions a test can count on."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +17,12 @@ import pytest
 
 from agents import batch as b
 from agents.backends import open_backend
-from agents.families import FAMILIES, Family, split
+from agents.families import FAMILIES, split
 from agents.runtime import RunOptions
 from agents.settings import Settings
 from agents.workbench import use_registered_adapter
 from storage import BatchStatus, BatchTaskStatus, LabelValue, NodeStatus, TraceStore
+from tests.support.coin_family import FAMILY, coin_passes
 from training.datasets import iter_rows
 from training.improve import (
     ImproveConfig,
@@ -34,26 +34,6 @@ from training.improve import (
     round_line,
 )
 from training.rules import load_evidence
-
-
-def coin(rng: random.Random) -> dict[str, object]:
-    """A variant whose checks pass (one in three) or fail, whatever the agent does."""
-    passes = rng.random() < 0.34
-    return {
-        "title": "Write the answer",
-        "prompt": "Write the answer to answer.txt.",
-        "files": {"question.txt": "What is six times seven?"},
-        "checks": f"def check_done(subagent):\n    return {passes}\n",
-        "orientation": "The question is in question.txt.",
-        "action": 'self.add_action("answer", lambda subagent: 42)',
-        "evaluation": "",
-        "targets": ("question.txt", "answer.txt"),
-    }
-
-
-def coin_passes(seed: int) -> bool:
-    return random.Random(f"coin:{seed}").random() < 0.34
-
 
 # -- the rule and the request ----------------------------------------------------------------
 
@@ -73,6 +53,15 @@ def test_a_bad_request_is_one_line() -> None:
         ImproveConfig(family="compute", per_round=teaching + 1)
     with pytest.raises(ImproveError, match="--rounds 0"):
         ImproveConfig(family="compute", rounds=0)
+    with pytest.raises(ImproveError, match="--then 'grpo': must be one of kto, dpo, none"):
+        ImproveConfig(family="compute", then="grpo")
+
+
+def test_a_run_stored_before_the_preference_stage_trains_sft_only() -> None:
+    stored = ImproveConfig(family="compute").to_config()
+    assert stored["then"] == "kto"
+    del stored["then"]
+    assert ImproveConfig.from_config(stored).then == "none"
 
 
 def test_a_round_line_says_each_step() -> None:
@@ -95,6 +84,26 @@ def test_a_round_line_says_each_step() -> None:
     assert line.endswith("kept as data: base stays")
 
 
+def test_a_round_with_nothing_trained_still_says_the_held_out_rate() -> None:
+    line = round_line(
+        {
+            "round": 1,
+            "rollouts": {"solved": 0, "n": 6, "tokens": 9_000, "seconds": 400.0},
+            "labels": {"good": 0, "bad": 6},
+            "train": {"skipped": "no solved session yet: nothing to train"},
+            "evaluate": {"current": {"adapter": "base", "batch": 2, "passed": 0, "n": 8}},
+            "verdict": "kept as data: no adapter trained",
+        }
+    )
+    assert "not trained: no solved session yet" in line
+    assert "held-out base 0/8 (0.00-0.32)" in line
+    line = round_line(
+        {"round": 2, "train": {"adapter": "improve1-r2", "seconds": 40.0},
+         "prefer": {"skipped": "KTO needs good and bad labels"}}
+    )  # fmt: skip
+    assert "no preference stage: KTO needs good and bad labels" in line
+
+
 # -- a small run, end to end -----------------------------------------------------------------
 
 
@@ -109,7 +118,7 @@ def store(tmp_path: Path) -> Iterator[TraceStore]:
 def test_a_small_run_end_to_end_stopped_and_resumed(
     store: TraceStore, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(FAMILIES, "coin", Family("coin", "Write the answer", coin))
+    monkeypatch.setitem(FAMILIES, "coin", FAMILY)
     teaching, held_out = split("coin")
     per_round, held = 3, 3
     first_round = teaching[:per_round]
@@ -151,6 +160,11 @@ def test_a_small_run_end_to_end_stopped_and_resumed(
         assert one["labels"]["good"] == len(solved)
         assert one["train"]["adapter"] == f"improve{run.id}-r1"
         job = store.get_job(one["job"])
+        # KTO on top of the SFT adapter, from the same sessions' good and bad labels.
+        assert one["prefer"]["adapter"] == f"improve{run.id}-r1-kto"
+        kto = store.get_job(one["prefer_job"])
+        assert kto.kind.value == "kto" and kto.config["start_from"] == f"improve{run.id}-r1"
+        assert kto.config["sessions"] == one["rollouts"]["sessions"]
 
         # The operator reads a failed rollout and labels its action good; the checks'
         # bad label on it stays in the history, outranked.
@@ -194,7 +208,8 @@ def test_a_small_run_end_to_end_stopped_and_resumed(
     measured = done.state["held_out"]
     expected = sum(map(coin_passes, held_out[:held]))
     assert {side["passed"] for side in measured.values()} == {expected}
-    assert rounds[0]["evaluate"]["candidate"]["adapter"] == f"improve{run.id}-r1"
+    assert rounds[0]["evaluate"]["candidate"]["adapter"] == f"improve{run.id}-r1-kto"
+    assert rounds[0]["prefer_job"] == kto.id  # trained once too
     assert rounds[0]["verdict"] == "kept as data: base stays"
     assert len(lines) == 2 and lines[0].startswith("round 1: ")
     # Round 2 trained on both rounds' sessions: more examples than round 1 alone.
