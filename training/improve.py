@@ -151,6 +151,15 @@ class Improver:
     # -- the stored state -----------------------------------------------------------------
 
     def save(self) -> None:
+        """Write the state whole, keeping a promotion the operator made by hand meanwhile
+        (the console's improvement screen writes to the same row)."""
+        stored = self.store.get_improvement(self.run.id).state
+        for number, theirs in enumerate(stored.get("rounds", []), 1):
+            if theirs.get("promoted_by_hand") and number <= len(self.state.get("rounds", [])):
+                ours = self.round_state(number)
+                if not ours.get("promoted_by_hand"):
+                    ours["promoted_by_hand"] = True
+                    self.state["adapter"] = stored.get("adapter")
         self.run = self.store.update_improvement(self.run.id, state=self.state)
 
     def round_state(self, number: int) -> dict[str, Any]:
@@ -367,6 +376,23 @@ class Improver:
         status = self.run_batch(batch_id, adapter)
         if status is not BatchStatus.COMPLETED:
             raise Stopped(f"batch {batch_id} {status.value}")
+
+
+def promote_by_hand(store: TraceStore, run_id: int, number: int) -> str:
+    """Put round `number`'s new adapter in use for the run's next rounds (the operator's
+    call, over the verdict); returns its name. ImproveError when the round trained none."""
+    run = store.get_improvement(run_id)
+    rounds = run.state.get("rounds", [])
+    if not 1 <= number <= len(rounds):
+        raise ImproveError(f"run {run_id} has no round {number}")
+    adapter = trained_adapter(rounds[number - 1])
+    if adapter is None:
+        raise ImproveError(f"round {number} trained no adapter")
+    state = copy.deepcopy(run.state)
+    state["adapter"] = adapter
+    state["rounds"][number - 1]["promoted_by_hand"] = True
+    store.update_improvement(run_id, state=state)
+    return adapter
 
 
 def trained_adapter(this: dict[str, Any]) -> str | None:

@@ -23,7 +23,7 @@ from app.actions import IMPROVE_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.messages import UseAdapter
 from app.shared import report_failure
-from training.improve import BASE, SideFigures, trained_adapter
+from training.improve import BASE, SideFigures, promote_by_hand, trained_adapter
 
 if TYPE_CHECKING:
     from storage import Improvement, TraceStore
@@ -177,19 +177,14 @@ class ImproveScreen(Screen[None]):
             self.notify("highlight a round in the rounds table first", severity="warning")
             return
         this = rounds[table.cursor_row]
-        adapter = this.get("train", {}).get("adapter")
-        if not adapter:
+        if not trained_adapter(this):
             self.notify(f"round {this['round']} trained no adapter", severity="warning")
             return
-        self.promote(run.id, this["round"], adapter)
+        self.promote(run.id, this["round"])
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="improve", name="promoting")
-    def promote(self, run_id: int, number: int, adapter: str) -> None:
-        run = self.store.get_improvement(run_id)
-        state = dict(run.state)
-        state["adapter"] = adapter
-        state["rounds"][number - 1]["promoted_by_hand"] = True
-        self.store.update_improvement(run_id, state=state)
+    def promote(self, run_id: int, number: int) -> None:
+        adapter = promote_by_hand(self.store, run_id, number)
         self.app.call_from_thread(self.promoted, adapter, number)
 
     def promoted(self, adapter: str, number: int) -> None:

@@ -30,6 +30,7 @@ from training.improve import (
     Improver,
     SideFigures,
     Stopped,
+    promote_by_hand,
     promotes,
     round_line,
 )
@@ -102,6 +103,28 @@ def test_a_round_with_nothing_trained_still_says_the_held_out_rate() -> None:
          "prefer": {"skipped": "KTO needs good and bad labels"}}
     )  # fmt: skip
     assert "no preference stage: KTO needs good and bad labels" in line
+
+
+def test_a_promotion_by_hand_survives_the_running_commands_next_save(
+    store: TraceStore, tmp_path: Path
+) -> None:
+    """The console promotes round 1's adapter while `improve` runs round 2 in another
+    process: that process's next write keeps the promotion, and its round 2 uses it."""
+    config = ImproveConfig(family="compute", rounds=2).to_config()
+    one = {"round": 1, "rollouts": {"sessions": []}, "labels": {"good": 1, "bad": 2},
+           "train": {"adapter": "improve1-r1", "seconds": 1.0},
+           "prefer": {"adapter": "improve1-r1-kto", "seconds": 1.0},
+           "evaluate": {}, "verdict": "kept as data: base stays"}  # fmt: skip
+    run = store.create_improvement("compute", config=config, state={"rounds": [one]})
+    running = Improver(store, run, backend=None, run_batch=None, data_dir=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ImproveError, match="run 1 has no round 3"):
+        promote_by_hand(store, run.id, 3)
+    assert promote_by_hand(store, run.id, 1) == "improve1-r1-kto"  # the round's last stage
+    running.round_state(2)["batch"] = 7
+    running.save()
+    stored = store.get_improvement(run.id).state
+    assert stored["adapter"] == running.state["adapter"] == "improve1-r1-kto"
+    assert stored["rounds"][0]["promoted_by_hand"] and stored["rounds"][1]["batch"] == 7
 
 
 # -- a small run, end to end -----------------------------------------------------------------
