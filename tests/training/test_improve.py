@@ -29,7 +29,6 @@ from training.improve import (
     ImproveError,
     Improver,
     SideFigures,
-    Stopped,
     promote_by_hand,
     promotes,
     round_line,
@@ -237,4 +236,3 @@ def test_a_small_run_end_to_end_stopped_and_resumed(
     assert len(lines) == 2 and lines[0].startswith("round 1: ")
     # Round 2 trained on both rounds' sessions: more examples than round 1 alone.
     assert rounds[1]["train"]["examples"] >= rounds[0]["train"]["examples"]
-    assert Stopped  # (exported for the command line)
