@@ -65,11 +65,11 @@ def test_killed_with_sigkill_then_resumed_runs_each_task_to_its_end(
 ) -> None:
     """The command killed with -9 in its first batch; `--resume ID` in a new process goes
     on from the store: tasks that ended are not run again, the one that was running is
-    run again, and both rounds end with every task ended and one line each."""
+    run again, and the round ends with every task ended, the held-out step included."""
     db = tmp_path / "traces.db"
     command = [
         str(SCRIPT), "--db", str(db), "--backend", "transformers", "--model",
-        str(tiny_model_dir), *FAST, "improve", "--family", "compute", "--rounds", "2",
+        str(tiny_model_dir), *FAST, "improve", "--family", "compute", "--rounds", "1",
         "--per-round", "3", "--held-out", "2",
     ]  # fmt: skip
     first = subprocess.Popen(
@@ -100,15 +100,17 @@ def test_killed_with_sigkill_then_resumed_runs_each_task_to_its_end(
     assert again.returncode == exit_codes.OK, again.stderr
     assert "Traceback" not in again.stderr
     lines = again.stdout.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["round 1", "round 2"], lines
+    assert [line.split(":")[0] for line in lines] == ["round 1"], lines
+    assert "held-out base 0/2" in lines[0]  # measured though nothing was trained
     with TraceStore(db) as store:
         done = store.get_improvement(run.id)
         assert done.status == "completed"
-        for this in done.state["rounds"]:
-            tasks = store.batch_tasks(this["batch"])
-            assert len(tasks) == 3 and all(t.session_id is not None for t in tasks)
+        (this,) = done.state["rounds"]
+        for batch_id, n in ((this["batch"], 3), (done.state["held_out"]["base"]["batch"], 2)):
+            tasks = store.batch_tasks(batch_id)
+            assert len(tasks) == n and all(t.session_id is not None for t in tasks)
             assert all(t.status.value in ("completed", "truncated") for t in tasks)
-            assert this["labels"]["bad"] >= 1  # the tiny model's noise fails every check
+        assert this["labels"]["bad"] >= 1  # the tiny model's noise fails every check
         first_batch = {t.id: t for t in store.batch_tasks(1)}
         for task_id in ended_before:
             assert first_batch[task_id].runs == 1  # ended before the kill: not run again
