@@ -8,15 +8,18 @@ Per round: the rollouts (sessions, solved, tokens, seconds), the checks' labels,
 training job (examples, seconds), the held-out pass rate of the new adapter and of the one
 in use with 95% Wilson intervals, and the verdict. Figures go to stdout as Markdown rows
 and to .bench/improve.json (`--out`); `--work DIR` keeps the store and adapters, and the
-same `--work` again resumes a run that was stopped.
+same `--work` again resumes a run that was stopped; `--report` prints a stored run's
+figures without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,14 @@ def main() -> None:
     parser.add_argument("--block-tokens", type=int, default=192)
     parser.add_argument("--work", type=Path, default=Path(".bench/improve-work"))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--report", action="store_true", help="only print the stored run's figures (no model)"
+    )
     args = parser.parse_args()
+    if args.report:
+        with TraceStore(args.work / "traces.db") as stored:
+            report(stored, max(stored.list_improvements(), key=lambda r: r.id), args.out)
+        return
     model = ensure_model(print)
 
     from agents.backends.transformers_backend import TransformersBackend
@@ -73,40 +83,87 @@ def main() -> None:
         context = b.WorkerContext(store, backend, options, args.work / "sessions")
         return b.run_local(context, batch_id, int(run.config["workers"])).status
 
-    started = time.perf_counter()
-    improver = Improver(store, run, backend, run_batch, data_dir=args.work / "data")
-    done = improver.go()
-    rows: list[dict[str, Any]] = []
+    Improver(store, run, backend, run_batch, data_dir=args.work / "data").go()
+    report(store, store.get_improvement(run.id), args.out)
+    backend.close()
+    store.close()
+
+
+def batch_compute(store: TraceStore, batch_id: int) -> dict[str, Any]:
+    """A batch's sessions, solved, tokens and session-seconds, from its tasks' own results
+    (each session's own time: a run stopped and resumed counts each session once)."""
+    results = [t.result for t in store.batch_tasks(batch_id)]
+    seconds = [float(r.get("seconds", 0.0)) for r in results]
+    return {
+        "sessions": len(results),
+        "tokens": sum(int(r.get("tokens", 0)) for r in results),
+        "seconds": round(sum(seconds), 1),
+        "median_session_s": round(statistics.median(seconds), 1) if seconds else None,
+    }
+
+
+def job_seconds(store: TraceStore, job_id: int | None) -> float | None:
+    if job_id is None:
+        return None
+    job = store.get_job(job_id)
+    if job.started_at is None or job.finished_at is None:
+        return None
+    return round(job.finished_at - job.started_at, 1)
+
+
+def report(store: TraceStore, run: Any, out: Path) -> None:
+    """The run's rounds as Markdown rows on stdout and JSON in `out`, read from the store."""
     print(
-        "| round | solved | labels +/- | SFT (s) | preference (s) | held-out new | held-out in use "
-        "| verdict |"
+        "| round | rollouts solved | tokens | session-seconds | labels +/- | SFT (s) "
+        "| preference (s) | held-out, adapter in use | held-out, new adapter | verdict |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for this in done.state["rounds"]:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    rows: list[dict[str, Any]] = []
+    for this in run.state.get("rounds", []):
+        if "verdict" not in this:
+            continue
         figures = this.get("evaluate") or {}
-        new = SideFigures(**figures["candidate"]).line() if "candidate" in figures else "-"
-        current = SideFigures(**figures["current"]).line() if "current" in figures else "-"
-        roll, labels, train = this["rollouts"], this["labels"], this["train"]
+        new = SideFigures(**figures["candidate"]) if "candidate" in figures else None
+        current = SideFigures(**figures["current"]) if "current" in figures else None
+        compute = batch_compute(store, this["batch"])
+        row = {
+            "round": this["round"],
+            "solved": this["rollouts"]["solved"],
+            "rollouts": compute,
+            "labels": this["labels"],
+            "sft_seconds": job_seconds(store, this.get("job")),
+            "preference_seconds": job_seconds(store, this.get("prefer_job")),
+            "held_out_in_use": asdict(current) if current else None,
+            "held_out_new": asdict(new) if new else None,
+            "verdict": this["verdict"],
+            "train": this.get("train"),
+            "prefer": this.get("prefer"),
+        }
+        rows.append(row)
         print(
-            f"| {this['round']} | {roll['solved']}/{roll['n']} ({roll['tokens']:,} tokens) "
-            f"| +{labels['good']} -{labels['bad']} | {train.get('seconds', '-')} "
-            f"| {this.get('prefer', {}).get('seconds', '-')} | {new} "
-            f"| {current} | {this['verdict']} |",
+            f"| {row['round']} | {row['solved']}/{compute['sessions']} | {compute['tokens']:,} "
+            f"| {compute['seconds']:,.0f} | +{this['labels']['good']} -{this['labels']['bad']} "
+            f"| {row['sft_seconds'] or '-'} | {row['preference_seconds'] or '-'} "
+            f"| {current.adapter + ' ' + current.line() if current else '-'} "
+            f"| {new.adapter + ' ' + new.line() if new else '-'} | {row['verdict']} |",
             flush=True,
         )
-        rows.append(this)
+    held_out = {
+        side: {**figures, **batch_compute(store, figures["batch"])}
+        for side, figures in run.state.get("held_out", {}).items()
+        if "passed" in figures
+    }
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "model": "gemma-3-270m (offline)",
-        "config": done.config,
+        "run": run.id,
+        "status": run.status,
+        "config": run.config,
         "rounds": rows,
-        "held_out": done.state.get("held_out"),
-        "seconds": round(time.perf_counter() - started, 1),
+        "held_out": held_out,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    backend.close()
-    store.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
