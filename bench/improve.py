@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import batch as b
 from agents.backends.offline import ensure_model
-from agents.runtime import RunOptions
 from agents.workbench import use_registered_adapter
 from storage import BatchStatus, TraceStore
 from training.improve import ImproveConfig, Improver, SideFigures
+from training.teach import session_options
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "improve.json"
 
@@ -73,9 +73,11 @@ def main() -> None:
         )  # fmt: skip
         run = store.create_improvement(args.family, config=config.to_config())
     backend = TransformersBackend(str(model))
-    options = RunOptions(
-        candidates=args.candidates, escalation=(), block_tokens=args.block_tokens,
-        max_ticks=1, approval="auto", memory=False, attempts=1,
+    # the learning bench's sessions (bench/learning.py): one tick, the product's defaults
+    # for the model where it runs (the example tick, the grammar), so the two compare
+    options = session_options(
+        backend, seed=0, teaching=False, attempts=1, candidates=args.candidates,
+        block_tokens=args.block_tokens,
     )  # fmt: skip
 
     def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
