@@ -29,7 +29,7 @@ from agents import batch as b
 from agents.backends.offline import ensure_model
 from agents.workbench import use_registered_adapter
 from storage import BatchStatus, TraceStore
-from training.improve import ImproveConfig, Improver, SideFigures
+from training.improve import THEN, ImproveConfig, Improver, SideFigures
 from training.teach import session_options
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "improve.json"
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--then", default="kto", choices=("kto", "dpo", "none"))
+    parser.add_argument("--then", default="kto", choices=THEN)
     parser.add_argument("--candidates", type=int, default=2)
     parser.add_argument("--block-tokens", type=int, default=192)
     parser.add_argument("--work", type=Path, default=Path(".bench/improve-work"))
