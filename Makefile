@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test test-fast lint bench install vllm tiny-model system-run system-test
+.PHONY: run test test-fast test-all lint bench install vllm tiny-model system-run system-test
 
 # A model to try the console with where none can be downloaded: the tests' tiny Qwen2
 # (tests/support/tiny_model.py; random weights, ~3 MB, a few seconds), built into
@@ -18,15 +18,24 @@ TINY_MODEL ?= tiny-model
 run: system-run $(STAMP)
 	$(BIN)/agent-console $(ARGS)
 
-test: system-test $(STAMP) $(VLLM_STAMP) lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# The tiers are marker expressions over what a test needs (tests/conftest.py, the markers
+# in pyproject.toml), run on two workers: a group's tests (the shared vLLM server's) on one
+# worker, other modules whole. Every run ends with its total and its 25 slowest tests.
+# `make test` (the README's): everything but the long tier, under 25 minutes on 2 cores.
+# `make test-all`: the long tier too (the real model learning, the closed loop, long
+# batches, whole improvement runs): before resolving work on the model, sampling or training.
+# `make test-fast`: what needs no server, worker, model, console process, tmux or database.
+XDIST := -n 2 --dist loadgroup
+FAST := not (server or worker or real or model or cli or tmux or postgres or slow)
 
-# The fast tier: the unit tests without servers, models, console processes or tmux, on two
-# workers (tests/conftest.py names its files). No lint, no vLLM venv.
-FAST := not full and not slow and not real and not postgres
+test: system-test $(STAMP) $(VLLM_STAMP) lint
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+test-all: system-test $(STAMP) $(VLLM_STAMP) lint
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

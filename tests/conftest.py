@@ -9,6 +9,7 @@ skip, unless `AGENT_CONSOLE_REQUIRE_PG=1` (CI), which turns the skip into a fail
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,35 +30,76 @@ from tests.backends.vllm_server import (
 )
 from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 
-#: The fast tier (`make test-fast`): unit tests that start no server, model, console
-#: process, Textual app or tmux; under 2 minutes on 2 cores. Every other test file gets
-#: the `full` mark at collection and runs in the whole suite only.
-FAST = (
-    "tests/storage/test_store.py",
-    "tests/storage/test_batches.py",
-    "tests/storage/test_checks.py",
-    "tests/support/",
-    "tests/training/test_rules.py",
-    "tests/training/test_auto_labels.py",
-    "tests/training/test_improve.py",
-    "tests/app/test_improve_screen.py",
-    "tests/agents/test_tasks.py",
-    "tests/agents/test_batch_tasks.py",
-    "tests/agents/test_blocks.py",
-    "tests/agents/test_weave.py",
-    "tests/agents/test_sandbox.py",
-    "tests/app/test_settings.py",
-    "tests/app/test_themes.py",
-    "tests/app/test_actions.py",
-    "tests/reliability/test_attack_table.py",
-    "tests/test_system_packages.py",
-)
+#: What a test needs, as markers (pyproject.toml describes each). A module names what it
+#: needs in `pytestmark`; a test that takes one of these fixtures gets the marker by itself,
+#: so nothing that starts a server or loads a model can end up in the wrong tier.
+#: The tiers are marker expressions (Makefile): `make test-fast` runs what needs none of
+#: them, `make test` everything but `slow`, `make test-all` everything.
+FIXTURE_NEEDS = {
+    "vllm_server": "server",
+    "gemma_dir": "real",
+    "pg_url": "postgres",
+    "tiny_model_dir": "model",
+    "tiny_learner_dir": "model",
+    "tiny_adapter_dir": "model",
+    "tiny_adapter2_dir": "model",
+    "backend": "model",
+}
+#: Tests sharing one expensive thing run on one xdist worker (`--dist loadgroup`, with the
+#: scheduler below): one vLLM server per run, not one per worker.
+FIXTURE_GROUPS = {"vllm_server": "vllm-server"}
+#: What runs first, so that the longest work does not start last on a worker: a module's
+#: rank is its most expensive test's.
+RANK = ("real", "server", "worker", "tmux", "cli", "model")
 
 
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, name in enumerate(RANK) if item.get_closest_marker(name)), len(RANK))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if not item.nodeid.startswith(FAST):
-            item.add_marker(pytest.mark.full)
+        names = getattr(item, "fixturenames", ())
+        for fixture, marker in FIXTURE_NEEDS.items():
+            if fixture in names:
+                item.add_marker(marker)
+        for fixture, group in FIXTURE_GROUPS.items():
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group))
+    module_rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        module_rank[module] = min(module_rank.get(module, len(RANK)), _rank(item))
+    items.sort(key=lambda item: module_rank[item.nodeid.split("::", 1)[0]])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadgroup`: a group's tests on one worker, every other module whole
+    on one worker (its module-scoped fixtures are built once), modules in collection order
+    (the expensive first, see `RANK`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class GroupOrFile(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = super()._split_scope(nodeid)
+            return group if group != nodeid else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False
+    return GroupOrFile(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Two xdist workers on two cores: torch in each (and in every process a test starts)
+    gets one thread, or two-thread torch beside a busy neighbour runs 3-4x slower (the
+    real model's tick: 140 s alone, 580 s beside another worker)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        threads = os.environ.get("AGENT_CONSOLE_TEST_THREADS", "1")
+        os.environ["OMP_NUM_THREADS"] = threads
+        if "torch" in sys.modules:  # imported before this hook: the variable came too late
+            sys.modules["torch"].set_num_threads(int(threads))
 
 
 PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"

@@ -10,6 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.cli, pytest.mark.tmux]
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "system-packages"
 
 

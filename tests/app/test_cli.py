@@ -19,6 +19,8 @@ from app import __version__, exit_codes
 from storage import TraceStore
 from storage.migrate import SCHEMA_HEAD
 
+pytestmark = [pytest.mark.cli]
+
 SCRIPT = Path(sys.executable).with_name("agent-console")
 
 

@@ -40,7 +40,7 @@ from storage import JobStatus, LabelValue, NodeStatus, SessionStatus, TraceStore
 from tests.app.test_tmux import SCRIPT, Tmux, tmux  # noqa: F401  (tmux: the fixture)
 from tests.support.screens import console_traceback
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.tmux, pytest.mark.timeout(600)]
 
 #: A loaded 2-core CI machine: the model loads and samples in tens of seconds.
 SLOW = 240.0

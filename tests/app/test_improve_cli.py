@@ -19,6 +19,8 @@ from storage import TraceStore
 from tests.app.test_cli import SCRIPT, _env, _run
 from tests.app.test_query import FAST
 
+pytestmark = [pytest.mark.worker, pytest.mark.cli]
+
 
 def test_bad_requests_are_one_line(tmp_path: Path) -> None:
     db = str(tmp_path / "traces.db")

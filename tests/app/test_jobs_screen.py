@@ -34,7 +34,7 @@ from tests.support.pilot import Notes, plain, settle, until
 from training.jobs import JobOptions, log_path, needed_labels_message, queue_job, worker_alive
 from training.rules import count_training_data
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
 SIZE = (130, 40)
 
 

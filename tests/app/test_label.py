@@ -24,6 +24,8 @@ from tests.support.traces import build_session
 from training.queue import PAGE_SIZE, load_queue_page
 from training.rules import count_training_data
 
+pytestmark = [pytest.mark.cli]
+
 SIZE = (110, 40)
 
 
@@ -556,7 +558,6 @@ async def test_a_large_queue_is_read_a_page_at_a_time(store: TraceStore) -> None
         assert f"left {total - skips}" in text(app, "#label-counters")
 
 
-@pytest.mark.slow
 async def test_a_50000_block_store_opens_and_labels(store: TraceStore) -> None:
     session_id = build_session(store, blocks=50_000)
     app = Host(store)

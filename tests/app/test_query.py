@@ -18,7 +18,7 @@ from app import exit_codes
 from tests.app.test_cli import SCRIPT, _env, _one_error_line, _run, _spawn
 from tests.support.answer_task import task_toml
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.cli, pytest.mark.timeout(300)]
 
 
 FAST = ("--candidates", "2", "--escalation", "", "--block-tokens", "24", "--max-ticks", "1")

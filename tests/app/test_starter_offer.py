@@ -14,7 +14,7 @@ from app.dialogs import ConfirmScreen
 from storage import TraceStore
 from tests.support.pilot import Notes, settle, until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 SIZE = (120, 40)
 
 

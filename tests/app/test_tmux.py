@@ -26,6 +26,8 @@ import pytest
 from storage import SessionStatus, TraceStore
 from tests.support.traces import build_session
 
+pytestmark = [pytest.mark.cli, pytest.mark.tmux]
+
 SCRIPT = Path(sys.executable).with_name("agent-console")
 REQUIRE_ENV = "AGENT_CONSOLE_REQUIRE_TMUX"
 # Read at import: the autouse `isolated` fixture hides AGENT_CONSOLE_* before tests run.

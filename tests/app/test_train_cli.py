@@ -24,7 +24,7 @@ from tests.app.test_query import FAST, _task
 from tests.support.label_trees import SessionBuilder
 from training.jobs import checkpoints_dir, last_checkpoint, worker_alive
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from agents.settings import Settings
 from app.console import ConsoleApp
 from app.widgets.status_bar import StatusBar
 from storage import TraceStore
+from tests.support.pilot import until
 
 
 @pytest.fixture
@@ -49,7 +50,9 @@ async def test_no_model_is_one_notification_and_the_console_works(
     missing = tmp_path / "no-such-model"
     app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(missing)))
     async with app.run_test(message_hook=hook) as pilot:
-        await app.workers.wait_for_complete()
+        # the store opens in a worker, and the model's starts after the next frame: wait
+        # for the outcome, not for whichever worker happens to run
+        await until(pilot, lambda: any(n.startswith("no model:") for n in notes), "the note")
         await pilot.pause()
         assert app.workbench.backend is None
         assert app.main.query_one(StatusBar).backend == "no model"

@@ -387,6 +387,7 @@ def test_gemma_one_prefill_logprobs_match_a_full_forward(gemma: TransformersBack
         assert cand.logprobs == pytest.approx(expected, abs=2e-3)
 
 
+@pytest.mark.slow
 def test_gemma_scores_after_a_shared_prefix_equal_each_prompt_alone(
     gemma: TransformersBackend,
 ) -> None:

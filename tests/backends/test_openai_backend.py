@@ -41,8 +41,6 @@ from tests.backends.vllm_server import (
     free_port,
 )
 
-pytestmark = pytest.mark.slow
-
 #: Mixed scripts and whitespace runs that Qwen2's split regex treats specially.
 MIXED_TEXT = (
     "def f(x):\n\tif x:\n\t\treturn  'Καλημέρα κόσμε'   \r\n\n\n"

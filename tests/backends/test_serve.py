@@ -20,6 +20,8 @@ from agents.backends import resolve
 from agents.settings import Settings
 from tests.backends.vllm_server import free_port, vllm_python_or_skip
 
+pytestmark = [pytest.mark.server, pytest.mark.cli]
+
 SCRIPT = Path(sys.executable).with_name("agent-console")
 
 

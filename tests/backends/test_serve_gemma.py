@@ -30,7 +30,7 @@ from agents.backends.base import log_odds, yes_no_token_ids
 from agents.backends.openai_backend import OpenAIBackend
 from tests.backends.vllm_server import VLLMServer, start_vllm_server, vllm_python_or_skip
 
-pytestmark = [pytest.mark.slow, pytest.mark.real]
+pytestmark = [pytest.mark.server, pytest.mark.real, pytest.mark.slow]
 
 SERVED = "gemma"
 FIBONACCI = "def fibonacci(n):"

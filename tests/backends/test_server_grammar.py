@@ -63,12 +63,10 @@ def _check_consistent(candidate: Candidate) -> None:
 # ------------------------------------------------------------- against vLLM
 
 
-@pytest.mark.slow
 def test_vllm_backend_offers_grammar_and_streaming(backend: OpenAIBackend) -> None:
     assert backend.features == frozenset({"grammar", "stream"})
 
 
-@pytest.mark.slow
 def test_every_candidate_follows_the_grammar(backend: OpenAIBackend) -> None:
     candidates = backend.generate(
         PROMPT, n=4, max_tokens=128, stop=STOP, temperature=1.0, seed=3, grammar=GRAMMAR
@@ -83,7 +81,6 @@ def test_every_candidate_follows_the_grammar(backend: OpenAIBackend) -> None:
     assert len({c.text for c in candidates}) > 1, "four samples at temperature 1, all equal"
 
 
-@pytest.mark.slow
 def test_without_the_grammar_the_model_writes_no_such_thing(backend: OpenAIBackend) -> None:
     candidates = backend.generate(PROMPT, n=4, max_tokens=128, stop=STOP, temperature=1.0, seed=3)
     assert len(candidates) == 4
@@ -92,7 +89,6 @@ def test_without_the_grammar_the_model_writes_no_such_thing(backend: OpenAIBacke
         assert not SHAPE.fullmatch(candidate.text)
 
 
-@pytest.mark.slow
 def test_streamed_pieces_add_up_to_the_same_candidates(backend: OpenAIBackend) -> None:
     """With a grammar that goes on past the stop string, every row is cut by it: its
     pieces still add up to the text, and none holds any of the stop string."""
@@ -113,7 +109,6 @@ def test_streamed_pieces_add_up_to_the_same_candidates(backend: OpenAIBackend) -
         assert len(pieces.rows[row]) > 1, "one piece: not streamed"
 
 
-@pytest.mark.slow
 def test_unconstrained_stream_matches_the_unstreamed_reply(backend: OpenAIBackend) -> None:
     sample = partial(backend.generate, "The agent writes", n=3, max_tokens=24, temperature=1.0)
     pieces = Pieces()
@@ -125,7 +120,6 @@ def test_unconstrained_stream_matches_the_unstreamed_reply(backend: OpenAIBacken
         assert pieces.text(row) == candidate.text
 
 
-@pytest.mark.slow
 def test_greedy_stream_feeds_every_repeated_row(backend: OpenAIBackend) -> None:
     # Greedy, the tiny model repeats one digit: the grammar bounds the number.
     grammar = r'root ::= "def f(x):\n    return " [0-9]{1,3} "\n#endblock"'
@@ -138,7 +132,6 @@ def test_greedy_stream_feeds_every_repeated_row(backend: OpenAIBackend) -> None:
     assert all(pieces.text(row) == candidates[0].text for row in range(3))
 
 
-@pytest.mark.slow
 def test_a_failing_callback_stops_generate_and_the_backend_goes_on(
     backend: OpenAIBackend,
 ) -> None:

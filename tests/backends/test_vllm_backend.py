@@ -12,6 +12,8 @@ import pytest
 
 from agents.backends.transformers_backend import TransformersBackend
 
+pytestmark = [pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 PROMPT = "def action_check(agent):\n    return"

@@ -21,7 +21,7 @@ from agents.backends import offline
 from storage import NodeStatus
 from tests.app.test_cli import SCRIPT, _spawn
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.real, pytest.mark.cli, pytest.mark.timeout(900)]
 #: The most seconds a block may take to its first streamed tokens on a 2-core CI machine.
 FIRST_TOKENS_S = 30.0
 
@@ -148,6 +148,7 @@ def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path:
     assert "ok" in action.meta
 
 
+@pytest.mark.slow
 def test_a_block_of_copies_gets_a_round_that_may_not_repeat(
     gemma_dir: Path, tmp_path: Path
 ) -> None:

@@ -33,7 +33,7 @@ from training import starter
 from training.jobs import JobOptions, follow, queue_job
 from training.teach import TAUGHT, names_the_task, session_options
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.real, pytest.mark.worker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: the starter sessions taught (the first three: one per taught family)
 TAUGHT_SESSIONS = (1, 2, 3)

@@ -39,7 +39,7 @@ from tests.backends.vllm_server import (
 )
 from tests.support.answer_task import task_toml
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.server, pytest.mark.cli, pytest.mark.timeout(900)]
 
 #: a whole session's context fits the server (the default 512 holds less than one tick)
 MAX_MODEL_LEN = 4096

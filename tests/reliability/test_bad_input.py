@@ -46,6 +46,8 @@ from tests.app.snapshot_apps.approval_app import build_approval_request
 from tests.app.test_approval import Host
 from tests.support.pilot import Notes
 
+pytestmark = [pytest.mark.cli]
+
 SCRIPT = Path(sys.executable).with_name("agent-console")
 HUGE = 2 << 30  # a 2 GiB sparse file: reading it whole takes many seconds and 2 GiB
 QUICK_S = 20.0  # "refused quickly": reading a 2 GiB file here takes 30 s and more
@@ -578,7 +580,6 @@ async def test_an_edit_that_does_not_parse_is_refused_and_nothing_is_decided(
     assert _decisions(tmp_path / "t.db") == stored
 
 
-@pytest.mark.slow
 async def test_a_two_megabyte_paste_into_the_chat_does_not_hang(
     console_store: TraceStore,
 ) -> None:

@@ -55,7 +55,7 @@ from storage import Author, Node, NodeStatus, SessionStatus, TraceStore, Verdict
 from tests.support.answer_task import SOLVE, TASK
 from tests.support.runs import make_runtime
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.cli, pytest.mark.timeout(300)]
 
 AGENT_CONSOLE = Path(sys.executable).with_name("agent-console")
 #: One candidate per block, no escalation: every test here is about one block.

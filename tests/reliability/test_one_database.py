@@ -44,7 +44,13 @@ from tests.support.label_trees import SessionBuilder
 from tests.support.screens import console_traceback
 from training.jobs import worker_alive
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.cli,
+    pytest.mark.tmux,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
 
 #: Short sessions: one candidate a block, short blocks, one tick.
 AGENT = ("--candidates", "1", "--escalation", "", "--block-tokens", "24", "--max-ticks", "1")

@@ -43,6 +43,8 @@ from tests.agents.test_sandbox import FAST, REQUIRE_ENV, everything, ok
 from tests.support.answer_task import TASK
 from tests.support.runs import make_runtime
 
+pytestmark = [pytest.mark.cli]
+
 # The block code's helper: `attempt(name, fn)` stores fn's repr'd result, or the name of
 # the exception (and errno name) it raised, in `tried`.
 ATTEMPT = (

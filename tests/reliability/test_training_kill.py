@@ -58,7 +58,7 @@ from training.jobs import (
     worker_alive,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(900)]
 
 RANK = 8
 #: one step per epoch (four rows, batch 4), a checkpoint at every step
@@ -254,6 +254,7 @@ def wait_gone(pid: int, job_id: int) -> None:
 # -- the kill points -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_at_every_moment_of_saving_never_registers_a_partial_adapter(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

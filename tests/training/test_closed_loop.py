@@ -25,7 +25,7 @@ from storage import EvaluationKind, JobKind, JobStatus, LabelValue, TraceStore
 from tests.support.runs import make_runtime
 from training.jobs import JobOptions, follow, queue_job
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The operator's fix for the shipped task: ngrams() stops one n-gram short.
 FIX = """def fix(subagent):

@@ -35,6 +35,8 @@ from training.improve import (
 )
 from training.rules import load_evidence
 
+pytestmark = [pytest.mark.worker]
+
 # -- the rule and the request ----------------------------------------------------------------
 
 

@@ -58,7 +58,7 @@ from training.trainer import (
     pick_settings,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(300)]
 
 #: LoRA rank of the tiny jobs: the test vLLM server takes ranks up to 8.
 RANK = 8

@@ -21,6 +21,8 @@ from training.teach import (
     teach_sessions,
 )
 
+pytestmark = [pytest.mark.worker]
+
 
 def test_same_code_ignores_formatting_and_comments() -> None:
     assert same_code("x = 1\n# note\ny = [1,2]", "x = 1\ny = [1, 2]\n")
