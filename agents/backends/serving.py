@@ -14,9 +14,11 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +29,10 @@ from pathlib import Path
 from agents.backends.base import BackendError, ModelNotFoundError
 
 SERVER_FILE = "server.json"
+#: The longest path a Unix socket may have (`sun_path` holds 108 bytes with its NUL).
+UNIX_SOCKET_PATH_MAX = 107
+#: vLLM binds its ZeroMQ sockets at `<VLLM_RPC_BASE_PATH>/<uuid4>`.
+_SOCKET_NAME_LENGTH = len("/") + 36
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,16 @@ def vllm_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     return env
+
+
+def socket_folder() -> Path:
+    """A fresh folder for vLLM's ZeroMQ sockets (and its temporary files), short enough for
+    a socket path: under the temp folder when that is short, else under /tmp. Under a long
+    TMPDIR (a deep checkout, a test's folder) vLLM's engine fails at start."""
+    base = tempfile.gettempdir()
+    if len(base) + len("/vllm-12345678") + _SOCKET_NAME_LENGTH > UNIX_SOCKET_PATH_MAX:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="vllm-", dir=base))
 
 
 def find_vllm_python(explicit: str | None) -> str:
@@ -159,7 +175,10 @@ def serve(
 ) -> int:
     """Run the server in the foreground until it exits or we are interrupted; return
     its exit code (0 when we stopped it)."""
-    process = subprocess.Popen(vllm_command(python, options), env=vllm_environment())
+    sockets = socket_folder()
+    environment = vllm_environment()
+    environment.update(VLLM_RPC_BASE_PATH=str(sockets), TMPDIR=str(sockets))
+    process = subprocess.Popen(vllm_command(python, options), env=environment)
     stopping = False
 
     def stop(*_: object) -> None:
@@ -202,4 +221,5 @@ def serve(
         with contextlib.suppress(OSError, ValueError):
             if json.loads(path.read_text(encoding="utf-8")).get("pid") == process.pid:
                 path.unlink()
+        shutil.rmtree(sockets, ignore_errors=True)
     return 0 if stopping else (process.returncode or 0)

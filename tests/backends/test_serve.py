@@ -98,13 +98,19 @@ def test_serve_runs_announces_and_stops(
 ) -> None:
     python = vllm_python_or_skip()
     port = free_port()
-    proc = subprocess.Popen(
-        [str(SCRIPT), "serve", "--model", str(tiny_model_dir), "--served-name", "tiny",
-         "--port", str(port), "--max-model-len", "512", "--dtype", "float32",
-         "--max-lora-rank", "8", "--adapter", f"a1={tiny_adapter_dir}",
-         "--vllm-python", str(python)],
-        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    # A temp folder too long for a Unix socket path: vLLM's sockets must go elsewhere.
+    long_tmp = tmp_path / ("t" * 80)
+    long_tmp.mkdir()
+    errors = tmp_path / "stderr.log"
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "serve", "--model", str(tiny_model_dir), "--served-name", "tiny",
+             "--port", str(port), "--max-model-len", "512", "--dtype", "float32",
+             "--max-lora-rank", "8", "--adapter", f"a1={tiny_adapter_dir}",
+             "--vllm-python", str(python)],
+            env=_env(tmp_path, TMPDIR=str(long_tmp)), stdout=subprocess.PIPE, stderr=stderr,
+            text=True,
+        )  # fmt: skip
     try:
         assert proc.stdout is not None
         # vLLM logs to the same stdout; our line comes once /health answers.
@@ -112,7 +118,7 @@ def test_serve_runs_announces_and_stops(
         # Keep draining, or a full pipe would stall the server's logging.
         threading.Thread(target=proc.stdout.read, daemon=True).start()
         url = f"http://127.0.0.1:{port}/v1"
-        assert line.startswith(f"serving tiny at {url}"), line
+        assert line.startswith(f"serving tiny at {url}"), errors.read_text()[-3000:]
         info = json.loads((tmp_path / "data" / "agent-console" / "server.json").read_text())
         assert info["url"] == url and info["model"] == "tiny"
 
@@ -126,6 +132,7 @@ def test_serve_runs_announces_and_stops(
         code = proc.wait(timeout=60)
     assert code == 0
     assert not (tmp_path / "data" / "agent-console" / "server.json").exists()
+    assert not list(long_tmp.iterdir())  # the socket folder went with the server
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
     assert resolve(Settings()) == ("transformers", "", "")

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.backends.serving import ServeOptions, vllm_command
+from agents.backends.serving import ServeOptions, socket_folder, vllm_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
@@ -71,7 +70,7 @@ class VLLMServer:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
-    #: a short temporary folder of the server's own (removed on stop), see `_server_tmp`
+    #: a short temporary folder of the server's own (removed on stop), see `socket_folder`
     tmp_dir: Path | None = None
     #: when `kill` sent its SIGKILLs (monotonic; it then waits for the resource tracker)
     killed_at: float | None = None
@@ -216,7 +215,7 @@ def start_vllm_server(
         raise VLLMServerError(vllm_missing_reason())
     port = port or free_port()
     work_dir.mkdir(parents=True, exist_ok=True)
-    tmp_dir = _server_tmp()
+    tmp_dir = socket_folder()
     log_path = work_dir / f"vllm-{port}.log"
     env = dict(os.environ)
     env.update(
@@ -259,13 +258,6 @@ def start_vllm_server(
         server.stop(grace=5)
         raise
     return server
-
-
-def _server_tmp() -> Path:
-    """The server's TMPDIR. vLLM binds ZeroMQ IPC sockets there, and a socket path may not
-    exceed 107 bytes: under a long pytest folder (a long test name, a deep CI checkout)
-    the engine fails to start. So it is a fresh short folder in the system's temp."""
-    return Path(tempfile.mkdtemp(prefix="vllm-", dir=tempfile.gettempdir()))
 
 
 def _wait_healthy(server: VLLMServer, timeout: float) -> None:
