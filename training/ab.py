@@ -71,6 +71,11 @@ def summarize(store: TraceStore, session_id: int) -> SideSummary:
     results = [
         r for r in store.evaluations_for([n.id for n in nodes]) if r.kind is EvaluationKind.CALLBACK
     ]
+    # A task's own checks judge it (the model cannot forge them); a chat has only the
+    # model's evaluations.
+    checks = set(session.settings.get("task", {}).get("check_names", ()))
+    if checks:
+        results = [r for r in results if r.name in checks]
     odds = [
         float(n.score_parts["evaluator"])
         for n in nodes

@@ -74,6 +74,8 @@ class RuntimeControl:
         self._step_lock = threading.Condition()
         self._rng = random.Random(options.seed)
         self._kernel: Kernel | None = None
+        #: the task's checks' own kernel, while they run
+        self._checker: Kernel | None = None
         self._window = ContextWindow(backend, options.context_tokens)
 
     # -- control (any thread) ------------------------------------------------------------
@@ -86,9 +88,9 @@ class RuntimeControl:
             self._stop_why = reason
         self._stop.set()
         self._running.set()
-        kernel = self._kernel
-        if kernel is not None:
-            kernel.close()
+        for kernel in (self._kernel, self._checker):
+            if kernel is not None:
+                kernel.close()
 
     def pause(self) -> None:
         self._running.clear()

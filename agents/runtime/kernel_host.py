@@ -4,6 +4,7 @@ agent's words to the operator picked out of what it returned."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -21,16 +22,57 @@ log = logging.getLogger(__name__)
 
 
 class KernelHost(RuntimeControl):
-    def _start_kernel(self) -> None:
-        limits = Limits(
+    def _limits(self) -> Limits:
+        return Limits(
             wall_seconds=self.options.action_timeout,
             cpu_seconds=max(1, math.ceil(self.options.action_timeout)),
             workdir_bytes=self.options.workdir_bytes,
             workdir_files=self.options.workdir_files,
         )
-        self._kernel = Kernel(self.workdir, limits=limits, unsafe=self.options.unsafe_no_sandbox)
+
+    def _start_kernel(self) -> None:
+        self._kernel = Kernel(
+            self.workdir, limits=self._limits(), unsafe=self.options.unsafe_no_sandbox
+        )
         self._kernel.start()
         self._restore_kernel()
+
+    def _task_checks(self) -> list[tuple[str, CallResult]]:
+        """The task's checks, each with a verdict the model cannot forge: they run in a
+        fresh kernel of their own (nothing of the model's namespace, a channel only it and
+        the console hold), over the work dir as the model's code left it, read-only, while
+        every process of the model's kernel is stopped."""
+        names = self.task.check_names
+        if not names:
+            return []
+        self._checkpoint()
+        model = self._kernel
+        paused = model.paused() if model is not None and model.alive else contextlib.nullcontext()
+        checker = Kernel(
+            self.workdir,
+            limits=self._limits(),
+            unsafe=self.options.unsafe_no_sandbox,
+            read_only=True,
+        )
+        self._checker = checker
+        try:
+            with paused, checker:
+                defined = checker.exec_block(self.task.checks, name="task checks")
+                if not defined.ok:
+                    failed = CallResult(ok=False, error=f"the task's checks: {defined.error}")
+                    return [(name, failed) for name in names]
+                return [(name, checker.call_evaluation(name)) for name in names]
+        except SandboxError as exc:
+            if self._stop.is_set():
+                raise Aborted("stopped") from None
+            failed = CallResult(
+                ok=False, error=f"the task's checks could not run: {exc}", killed="crashed"
+            )
+            return [(name, failed) for name in names]
+        finally:
+            self._checker = None
+            if self._stop.is_set():
+                raise Aborted("stopped")
 
     def _restore_kernel(self) -> None:
         """Re-run what later ticks rely on: the observation views the path set up."""

@@ -113,19 +113,13 @@ class TickSteps(GateSteps, MemoryRecall):
 
         def define(kernel: Kernel) -> CallResult:
             kernel.clear("evaluation")
-            if self.task.checks:
-                checks = kernel.exec_block(self.task.checks, name="task checks")
-                if not checks.ok:
-                    return CallResult(ok=False, error=f"the task's checks: {checks.error}")
             return kernel.exec_block(node.text, name="evaluation")
 
         result = self._kernel_call(define)
         self._heard(result)
         self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
         if result.ok:
-            state.evaluations = [
-                t for t in result.registered.get("evaluation", []) if t not in self.task.check_names
-            ]
+            state.evaluations = list(dict.fromkeys(result.registered.get("evaluation", [])))
         else:
             self._runtime_block(blocks.ERROR, result.error or "failed", state.tick)
 
@@ -136,12 +130,17 @@ class TickSteps(GateSteps, MemoryRecall):
             rows.append((f"action: {title}", clip(result_text(state.action.result))))
         else:
             rows.append(("action", "no action ran this tick"))
+        # The model's own evaluations run in its kernel, as it wrote them; one titled like
+        # a check of the task is shown as the model's. The task's checks run after them, in
+        # a kernel of their own (`_task_checks`): their verdict is the task's.
         results: list[tuple[str, CallResult, bool]] = []
-        names = [(n, True) for n in self.task.check_names] + [(n, False) for n in state.evaluations]
-        for name, is_check in names:
-            result = self._kernel_call(partial(_call_evaluation, name=name))
+        for title in state.evaluations:
+            result = self._kernel_call(partial(_call_evaluation, name=title))
             self._heard(result)
-            results.append((name, result, is_check))
+            name = f"{title} (the model's)" if title in self.task.check_names else title
+            results.append((name, result, False))
+        results = [(name, result, True) for name, result in self._task_checks()] + results
+        for name, result, _ in results:
             text = result_text(result) if result.ok else f"[error] {result.error}"
             rows.append((name, clip(text, RUNTIME_TEXT_CHARS // 4)))
         verdicts = [(name, passed(result), is_check) for name, result, is_check in results]

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
@@ -42,7 +42,16 @@ from agents.sandbox.confine import (
 from agents.sandbox.host import _Host
 from agents.sandbox.limits import Limits, SandboxError
 from agents.sandbox.probe import _host
-from agents.sandbox.process import _classify_exit, _descendants, _kill, _spawn
+from agents.sandbox.process import (
+    _alive,
+    _classify_exit,
+    _descendants,
+    _inner_pid,
+    _kill,
+    _signal,
+    _spawn,
+    _stopped,
+)
 from agents.sandbox.python_inside import python_layout, site_packages
 from agents.sandbox.workdir import BoundedWorkdir, WorkdirError, usage
 
@@ -50,6 +59,10 @@ log = logging.getLogger("agents.sandbox")
 
 
 _START_TIMEOUT = 15.0
+#: The cpu cgroup's period (its default on v1 and v2): the quota is a share of it.
+_CPU_PERIOD_US = 100_000
+#: Rounds of signals to stop or kill processes that may be forking meanwhile.
+_ROUNDS = 50
 #: Seconds between checks of a work dir no tmpfs bounds, during a call.
 _CHECK_EVERY = 1.0
 _KINDS = kernel_module.KINDS
@@ -76,10 +89,13 @@ class Kernel:
         *,
         limits: Limits = Limits(),  # noqa: B008 (frozen: one shared default is safe)
         unsafe: bool = False,
+        read_only: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.limits = limits
         self.unsafe = unsafe
+        self.read_only = read_only
+        """The work dir is bound read-only (the task's checks); unsafe mode cannot enforce it."""
         self.workdir_inside = str(self.workdir) if unsafe else WORKDIR_INSIDE
         """The work dir's path as block code sees it."""
         self._lock = threading.Lock()
@@ -95,6 +111,8 @@ class Kernel:
         """The work dir's sized tmpfs, mounted from the first start to close()."""
         self._checked = False
         """No tmpfs could bound the work dir: its usage is checked instead."""
+        self._cpu_bounded = False
+        """A cpu cgroup caps the tree; without one, what a call leaves running is killed."""
         self._next_check = 0.0
 
     def __enter__(self) -> Kernel:
@@ -134,7 +152,8 @@ class Kernel:
     def close(self) -> None:
         """Kill the kernel and everything it started; idempotent, callable from any
         thread, and a call running in another thread returns at once (killed="closed").
-        A bounded work dir's files are written back to the disk below it."""
+        A bounded work dir's files are written back to the disk below it. Never raises:
+        a session whose write back failed must still end."""
         self._closed = True
         self._kill_tree()
         with contextlib.suppress(OSError):
@@ -149,8 +168,10 @@ class Kernel:
             if bounded is not None:
                 try:
                     bounded.unmount()
-                except (OSError, WorkdirError) as exc:
-                    log.warning("the work dir %s was not written back whole: %s", self.workdir, exc)
+                except WorkdirError as exc:
+                    log.warning("%s", exc)
+                except Exception:
+                    log.exception("the work dir %s could not be written back", self.workdir)
 
     def exec_block(self, code: str, *, name: str = "<block>") -> CallResult:
         """Run a block's code in the persistent namespace; `name` shows in tracebacks."""
@@ -221,29 +242,42 @@ class Kernel:
             sys_path = site_packages()
         else:
             host = _host()
-            self._bound_workdir(host)
-            prefix, pass_fds, cleanup = _sandbox_argv(host, self.limits, self.workdir)
+            if not self.read_only:
+                self._bound_workdir(host)
+            prefix, pass_fds, cleanup = _sandbox_argv(
+                host, self.limits, self.workdir, read_only=self.read_only
+            )
             sys_path = list(python_layout().sys_path)
             # Not the console's environment: bwrap's init is PID 1 inside, and block code can
             # read /proc/1/environ.
             env = _HOST_SIDE_ENV
             # One cgroup per hierarchy: on cgroup v2 both limits share one folder (a process
             # is in one cgroup there), on v1 each controller has its own.
-            wanted: dict[Path, dict[str, int]] = {}
+            wanted: dict[Path, dict[str, str]] = {}
             if host.pids_cgroup is not None:
                 # bwrap and its init are in it too (the kernel's threads count, as they do
                 # for RLIMIT_NPROC).
                 limit = host.pids_cgroup
-                wanted.setdefault(limit.parent, {})[limit.name] = self.limits.processes + 2
+                wanted.setdefault(limit.parent, {})[limit.name] = str(self.limits.processes + 2)
             if host.memory_cgroup is not None:
                 limit = host.memory_cgroup
-                wanted.setdefault(limit.parent, {})[limit.name] = self.limits.total_memory_bytes
+                wanted.setdefault(limit.parent, {})[limit.name] = str(
+                    self.limits.total_memory_bytes
+                )
+            if host.cpu_cgroup is not None:
+                limit = host.cpu_cgroup
+                quota = max(1000, round(self.limits.cpus * _CPU_PERIOD_US))
+                wanted.setdefault(limit.parent, {})[limit.name] = (
+                    f"{quota} {_CPU_PERIOD_US}" if limit.name == "cpu.max" else str(quota)
+                )
+            self._cpu_bounded = host.cpu_cgroup is not None
             for base, limits_here in wanted.items():
                 self._cgroups.append(_Cgroup(base, limits_here))
             argv = _wrapped(
                 host,
                 [*prefix, python_layout().executable, *flags, _KERNEL_INSIDE],
                 [str(cgroup.procs) for cgroup in self._cgroups],
+                self.limits,
             )
         requests_r, requests_w = os.pipe()
         responses_r, responses_w = os.pipe()
@@ -328,6 +362,64 @@ class Kernel:
         for cgroup in list(self._cgroups):
             cgroup.kill_all()
 
+    def _tree(self) -> list[int]:
+        """Host pids of every process of the kernel's tree that runs code: sandboxed, all
+        below bwrap (its init, the kernel, what they started); unsafe, the kernel too."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return []
+        below = _descendants(proc.pid)
+        return [proc.pid, *below] if self.unsafe else below
+
+    def _strays(self) -> list[int]:
+        """What calls left running: every process of the tree but the kernel (and bwrap's
+        init, PID 1 inside, which only waits for it)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return []
+        if self.unsafe:
+            return [pid for pid in _descendants(proc.pid) if _alive(pid)]
+        # Inside its PID namespace bwrap's init is 1 and the kernel, its first child, 2.
+        return [
+            pid for pid in self._tree() if _inner_pid(pid) not in (1, 2, None) and _alive(pid)
+        ]
+
+    def _kill_strays(self) -> None:
+        """Kill every process a call left running (they may fork while being killed: again
+        until none is left, or the pids limit has bounded them and the rounds run out)."""
+        for _ in range(_ROUNDS):
+            strays = self._strays()
+            if not strays:
+                return
+            for pid in strays:
+                _kill(pid)
+            time.sleep(0.002)  # until the next round, a killed process is still there
+        log.warning("processes a call left running outlived %d rounds of SIGKILL", _ROUNDS)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Every process of the kernel's tree stopped (SIGSTOP) while the `with` block runs,
+        continued after it: nothing of the model's changes the work dir meanwhile. A tree
+        that cannot be stopped is killed (the next call finds the kernel dead)."""
+        with self._lock:
+            stopped: set[int] = set()
+            for _ in range(_ROUNDS):
+                running = [pid for pid in self._tree() if pid not in stopped or not _stopped(pid)]
+                if not running:
+                    break
+                for pid in running:
+                    _signal(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+                time.sleep(0.002)  # a stop lands when the process is next scheduled
+            else:
+                log.warning("the kernel's processes could not all be stopped: killing them")
+                self._kill_tree()
+            try:
+                yield
+            finally:
+                for pid in stopped:
+                    _signal(pid, signal.SIGCONT)
+
     def _reap(self) -> None:
         """Wait for the killed kernel and release its fds and cgroup (under the lock)."""
         proc, self._proc = self._proc, None
@@ -374,6 +466,8 @@ class Kernel:
                 result = _result_from(self._read_response(deadline, expected_id=request_id))
                 if self._workdir_past() is not None:
                     raise _Stop("disk")
+                if not self._cpu_bounded:
+                    self._kill_strays()
             except _Stop as stop:
                 result = self._died(stop.reason)
             except Exception as exc:  # the channel is the kernel's to write: whatever it

@@ -44,7 +44,7 @@ class _Cgroup:
     """One kernel's cgroup of one controller: caps its tasks (pids) or their memory, and
     can kill all of them."""
 
-    def __init__(self, base: Path, limits: dict[str, int]) -> None:
+    def __init__(self, base: Path, limits: dict[str, str]) -> None:
         """A new cgroup in `base` with each limit file written (`pids.max`, ...)."""
         self.path = base / f"agent-console-{os.getpid()}-{next(_cgroup_names)}"
         self.path.mkdir()
@@ -89,12 +89,17 @@ class _Cgroup:
         log.warning("could not remove the cgroup %s", path)
 
 
-def _wrapped(host: _Host, argv: list[str], cgroup_procs: list[str]) -> list[str]:
-    """`argv` run by a shell that first joins the cgroups (nothing escapes them) and mounts
-    the Python's overlays, in a mount namespace of its own where it mounts any."""
+def _wrapped(
+    host: _Host, argv: list[str], cgroup_procs: list[str], limits: Limits | None = None
+) -> list[str]:
+    """`argv` run by a shell that first joins the cgroups (nothing escapes them), mounts
+    the Python's overlays, in a mount namespace of its own where it mounts any, and sets
+    `limits`' rlimits, so that bwrap and its init (PID 1 inside) hold them too."""
     steps = [f'echo $$ > "${i}"' for i in range(1, len(cgroup_procs) + 1)]
     if host.python_script is not None:
         steps.append(host.python_script)
+    if limits is not None:
+        steps += _ulimits(limits)
     if not steps:
         return argv
     script = " && ".join([*steps, f"shift {len(cgroup_procs)}", 'exec "$@"'])
@@ -104,12 +109,25 @@ def _wrapped(host: _Host, argv: list[str], cgroup_procs: list[str]) -> list[str]
     return command
 
 
+def _ulimits(limits: Limits) -> list[str]:
+    """The shell's `ulimit` commands for the kernel's per-process limits (hard and soft),
+    and a soft CPU limit the kernel re-arms per call. Not RLIMIT_NPROC: outside the
+    sandbox it counts every process of the console's user."""
+    return [
+        f"ulimit -v {limits.memory_bytes // 1024}",  # KiB
+        f"ulimit -f {limits.file_size_bytes // 512}",  # 512-byte blocks
+        f"ulimit -n {limits.open_files}",
+        "ulimit -c 0",
+        f"ulimit -S -t {limits.cpu_seconds}",
+    ]
+
+
 #: bwrap's own environment (PID 1 inside reads it): no host path in it.
 _HOST_SIDE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 def _sandbox_argv(
-    host: _Host, limits: Limits, workdir: Path
+    host: _Host, limits: Limits, workdir: Path, *, read_only: bool = False
 ) -> tuple[list[str], list[int], Callable[[], None]]:
     """bwrap's command line up to `--`, the fds it must inherit, and a cleanup to run once
     it has started. The options go through a pipe (`--args`) and the small files through
@@ -155,11 +173,18 @@ def _sandbox_argv(
         # sysctls (kernel.core_pattern, say) through a writable /proc/sys.
         "--ro-bind", "/proc/sys", "/proc/sys",
     ]  # fmt: skip
+    # ... and read what only root may (kernel memory's layout, the kernel's log): hidden.
+    for name in host.proc_hidden:
+        argv += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    # All of /proc read-only: nothing inside can write another process's memory through
+    # /proc/PID/mem (bwrap's init, PID 1, runs as the sandbox's uid).
+    argv += ["--remount-ro", "/proc"]
     # /dev is a tmpfs of its own: read-only, with a size-capped /dev/shm in it.
     if host.sized_tmpfs:
         argv += ["--size", str(limits.tmp_bytes)]
     argv += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    argv += ["--bind", str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
+    bind = "--ro-bind" if read_only else "--bind"
+    argv += [bind, str(workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE]
     # bwrap's root is a tmpfs with no size cap: read-only once everything is mounted, so
     # the work dir, /tmp and /dev/shm are the only places block code can write.
     argv += ["--remount-ro", "/"]

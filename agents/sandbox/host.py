@@ -20,8 +20,14 @@ class _Host:
     seccomp_file: Path | None
     pids_cgroup: Path | None
     memory_cgroup: Path | None
+    cpu_cgroup: Path | None
+    """Where a root console caps each kernel tree's CPU (None: the processes a call leaves
+    behind are killed after it instead)."""
     mount_problem: str | None
     """Why the work dir cannot be a sized tmpfs here (None: it can)."""
+    proc_hidden: tuple[str, ...] = ()
+    """Files of /proc only root may read, hidden inside when the console is root (the
+    sandbox's uid is then root outside)."""
     python_binds: tuple[tuple[str, str], ...] = ()
     """(host folder, path inside) of the Python installation and the venv's packages."""
     python_script: str | None = None

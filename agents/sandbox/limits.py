@@ -24,6 +24,10 @@ class Limits:
     """Memory of the whole kernel tree, page cache and tmpfs included (a memory cgroup when
     the console is root and may make one): past it the kernel's OOM killer ends the
     biggest process of the tree, never one of the host's."""
+    cpus: float = 1.0
+    """CPUs the whole kernel tree may keep busy at once, between calls too (a cpu cgroup's
+    quota when the console is root and may make one; elsewhere what a call leaves running
+    is killed when it returns)."""
     processes: int = 64
     """Processes and threads (RLIMIT_NPROC, or a pids cgroup when the console is root)."""
     file_size_bytes: int = 64 << 20

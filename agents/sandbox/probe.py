@@ -18,6 +18,7 @@ import logging
 import os
 import py_compile
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -140,8 +141,10 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         seccomp_file=None if seccomp_problem else seccomp_file,
         pids_cgroup=_find_cgroup("pids") if os.geteuid() == 0 else None,
         memory_cgroup=_find_cgroup("memory") if os.geteuid() == 0 else None,
+        cpu_cgroup=_find_cgroup("cpu") if os.geteuid() == 0 else None,
         mount_problem=can_mount(),
         python_binds=python_layout().mounts,
+        proc_hidden=_root_only_proc_files() if os.geteuid() == 0 else (),
     )
     trial: str | None = "not tried"
     overlay = _python_overlay(host)
@@ -176,6 +179,13 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         parts.append("memory limit by memory cgroup")
     else:
         warnings.append("no total memory limit (no writable memory cgroup): per process only")
+    if host.cpu_cgroup:
+        parts.append("CPU quota by cpu cgroup")
+    else:
+        warnings.append(
+            "no CPU quota for a kernel's processes (no writable cpu cgroup): what a call "
+            "leaves running is killed when it returns"
+        )
     if host.python_script is not None:
         parts.append(f"Python shown at {python_layout().executable} through an overlay")
     elif any(host_path != inside for host_path, inside in host.python_binds):
@@ -194,6 +204,21 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         log.warning("sandbox weaker than it should be: %s", warning)
     detail = ", ".join(parts) + "".join(f" (warning: {w})" for w in warnings)
     return SandboxStatus(True, detail, None), host
+
+
+def _root_only_proc_files() -> tuple[str, ...]:
+    """The files at the top of /proc that only their owner, root, may read."""
+    hidden = []
+    for entry in sorted(os.scandir("/proc"), key=lambda e: e.name):
+        if entry.name.isdigit():
+            continue
+        try:
+            mode = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(mode.st_mode) and mode.st_uid == 0 and not mode.st_mode & 0o044:
+            hidden.append(entry.name)
+    return tuple(hidden)
 
 
 def _output(argv: list[str]) -> str:
@@ -240,7 +265,20 @@ def _build_seccomp(path: Path) -> str | None:
 
 
 #: The file that caps a cgroup of each controller, on cgroup v2 and on v1.
-_LIMIT_FILES = {"pids": ("pids.max", "pids.max"), "memory": ("memory.max", "memory.limit_in_bytes")}
+_LIMIT_FILES = {
+    "pids": ("pids.max", "pids.max"),
+    "memory": ("memory.max", "memory.limit_in_bytes"),
+    "cpu": ("cpu.max", "cpu.cfs_quota_us"),
+}
+#: A value each limit file takes in the probe's test (pids.max refuses more than the
+#: kernel's pid limit).
+_TEST_VALUES = {
+    "pids.max": "8",
+    "memory.max": "16777216",
+    "memory.limit_in_bytes": "16777216",
+    "cpu.max": "100000 100000",
+    "cpu.cfs_quota_us": "100000",
+}
 
 
 def _find_cgroup(controller: str) -> Path | None:
@@ -288,8 +326,7 @@ def _sweep_and_test_cgroup(base: Path, limit_file: str) -> bool:
     test = base / f"agent-console-{os.getpid()}-probe"
     try:
         test.mkdir()
-        # a value each controller takes: pids.max refuses more than the kernel's pid limit
-        (test / limit_file).write_text("8" if limit_file == "pids.max" else "16777216")
+        (test / limit_file).write_text(_TEST_VALUES[limit_file])
         test.rmdir()
     except OSError:
         with contextlib.suppress(OSError):
@@ -320,7 +357,9 @@ def _trial_run(host: _Host) -> str | None:
     python = python_layout().executable
     try:
         done = subprocess.run(
-            _wrapped(host, [*argv, python, "-I", "-S", "-c", "import os; os.getuid()"], []),
+            _wrapped(
+                host, [*argv, python, "-I", "-S", "-c", "import os; os.getuid()"], [], Limits()
+            ),
             env=_HOST_SIDE_ENV,
             stdin=subprocess.DEVNULL,
             capture_output=True,

@@ -16,6 +16,7 @@ unless AGENT_CONSOLE_REQUIRE_SANDBOX=1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,6 +26,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import tty
 import uuid
@@ -657,8 +659,9 @@ def test_attack_host_processes_and_sysctls_through_proc(kernel: Kernel) -> None:
         assert tried["console cmdline"] == "ENOENT"
         assert tried["console mem"] == "ENOENT"
         assert tried["console root"] == "ENOENT"
-    # bwrap's init can be read and written by the kernel, but it is as confined as the
-    # kernel is (the same filter, no capabilities): taking it over gains nothing.
+    # bwrap's init can be read by the kernel, and it is as confined as the kernel is (the
+    # same filter, no capabilities, the same rlimits); nothing can write into it
+    # (test_attack_take_over_init_through_proc).
     assert tried["init"] == ["CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"]
     assert tried["core_pattern"] == "EROFS"
     assert tried["swappiness"] == "EROFS"
@@ -669,6 +672,122 @@ def test_attack_host_processes_and_sysctls_through_proc(kernel: Kernel) -> None:
     assert tried["hostname"] == "sandbox"
     assert socket.gethostname() == hostname
     assert Path("/proc/sys/kernel/core_pattern").read_text() == core_pattern
+
+
+#: Take over bwrap's init (PID 1 inside, the sandbox's uid) by writing its memory, and read
+#: what only root may read in /proc (the sandbox's uid is root outside for a root console).
+INIT_AND_ROOT_ONLY = (
+    "def write_init():\n"
+    "    with open('/proc/1/mem', 'r+b'):\n"
+    "        return 'opened for writing'\n"
+    "attempt('init mem', write_init)\n"
+    "rows = open('/proc/1/limits').read().splitlines()[1:]\n"
+    "attempt('init limits', lambda: {r[:26].strip(): r[26:47].strip() for r in rows})\n"
+    "def peek(name):\n"
+    "    with open('/proc/' + name, 'rb') as f:\n"
+    "        return len(f.read(64))\n"
+    "for name in ROOT_ONLY:\n"
+    "    attempt(name, lambda name=name: peek(name))\n"
+)
+ROOT_ONLY = ("kpageflags", "kpagecount", "slabinfo", "vmallocinfo", "pagetypeinfo", "timer_list")
+
+
+def check_init_and_root_only(tried: dict[str, Any], limits: Limits) -> None:
+    assert tried["init mem"] == "EROFS", tried  # all of /proc is read-only inside
+    assert tried["init limits"] == tried["init limits"] | {
+        "Max address space": str(limits.memory_bytes),
+        "Max file size": str(limits.file_size_bytes),
+        "Max open files": str(limits.open_files),
+        "Max cpu time": str(limits.cpu_seconds),
+        "Max core file size": "0",
+    }, tried
+    for name in ROOT_ONLY:
+        if Path("/proc", name).exists():
+            assert tried[name] in ("EACCES", "EPERM", 0), (name, tried[name])
+
+
+def test_attack_take_over_init_through_proc(kernel: Kernel) -> None:
+    tried, _ = attack(kernel, f"ROOT_ONLY = {ROOT_ONLY!r}\n" + INIT_AND_ROOT_ONLY)
+    check_init_and_root_only(tried, FAST)
+
+
+NO_PRIVILEGE = """
+import json, sys
+sys.path.insert(0, {root!r})
+from agents.sandbox import Kernel, Limits, sandbox_status
+with Kernel({work!r}, limits=Limits(**{limits!r})) as kernel:
+    defined = kernel.exec_block({code!r})
+    tried = kernel.call_action("tried").value if defined.ok else defined.error
+    left = kernel.exec_block(
+        "import subprocess\\n"
+        "subprocess.Popen(['sh', '-c', 'while :; do :; done'], start_new_session=True)\\n"
+    )
+    strays = kernel._strays()
+print(json.dumps({{"tried": tried, "strays": strays, "status": sandbox_status().detail}}))
+"""
+#: A Python any user can run (the console's may live in root's home).
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def test_attack_init_and_strays_without_privilege() -> None:
+    """The same attack from a console that is not root (uid 65534, no capabilities, the
+    system's Python): no cgroups then, so what a call leaves running is killed when it
+    returns."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not SYSTEM_PYTHON.exists():
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to start a console without privilege")
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+    drop += ["--bounding-set=-all", str(SYSTEM_PYTHON), "-I", "-c"]
+    work = Path(tempfile.mkdtemp(prefix="no-privilege-"))
+    try:
+        os.chown(work, 65534, 65534)
+        code = ATTEMPT + f"ROOT_ONLY = {ROOT_ONLY!r}\n" + INIT_AND_ROOT_ONLY
+        limits = dataclasses.asdict(FAST)
+        script = NO_PRIVILEGE.format(root=str(ROOT), work=str(work), code=code, limits=limits)
+        done = subprocess.run(
+            [*drop, script], capture_output=True, text=True, timeout=120, cwd=work,
+            env={"PATH": os.environ["PATH"], "HOME": str(work), "TMPDIR": str(work)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        found = json.loads(done.stdout.splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    check_init_and_root_only(found["tried"], FAST)
+    assert found["strays"] == [], found
+    assert "no CPU quota" in found["status"], found["status"]
+
+
+def test_attack_busy_processes_left_behind_by_a_call(workdir: Path) -> None:
+    """Processes a call leaves running share the kernel's CPU quota between calls (a cpu
+    cgroup); without one they are killed when the call returns."""
+    limits = dataclasses.replace(FAST, cpus=0.2)
+    with Kernel(workdir, limits=limits) as kernel:
+        ok(
+            kernel.exec_block(
+                "import subprocess\n"
+                "for _ in range(4):\n"
+                "    subprocess.Popen(['sh', '-c', 'while :; do :; done'], start_new_session=True)\n"
+            )
+        )
+        before = cpu_seconds(kernel._tree())
+        time.sleep(2.0)
+        used = cpu_seconds(kernel._tree()) - before
+    from agents.sandbox.probe import _host
+
+    if _host().cpu_cgroup is not None:
+        # 0.2 CPU for 2 s is 0.4 s; four busy processes unbounded would take 2 s or more
+        assert used < 0.8, used
+    else:
+        assert used < 0.1, used  # nothing was left to run
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system time of `pids`, in seconds."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def test_attack_inject_keystrokes_into_a_terminal(kernel: Kernel) -> None:
