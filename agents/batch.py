@@ -39,6 +39,7 @@ from agents.families import FAMILIES, parse_seeds, split
 from agents.runtime import RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
+from agents.user_files import read_user_file
 from storage import (
     Batch,
     BatchStatus,
@@ -96,12 +97,7 @@ def read_tasks(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     other machines and later resumes find them)."""
     source = Path(path)
     try:
-        size = source.stat().st_size
-        if size > MAX_TASKS_FILE_BYTES:
-            raise TasksFileError(
-                f"{source}: {size:,} bytes is too large for a tasks file (at most 64 MiB)"
-            )
-        data = source.read_bytes()
+        data = read_user_file(source, MAX_TASKS_FILE_BYTES, "tasks file")
     except OSError as exc:
         raise TasksFileError(f"{source}: {exc.strerror or exc}") from None
     try:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents.user_files import UserFileError, read_user_file
+
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
@@ -29,7 +31,10 @@ class ConfigError(Exception):
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+    # allow_inf_nan: a temperature or a timeout of inf or nan is a typo, never a setting
+    model_config = ConfigDict(
+        use_attribute_docstrings=True, extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     db: str = ""
     """Trace store: a SQLite file path or a SQLAlchemy URL (e.g. PostgreSQL for a team
@@ -239,12 +244,9 @@ def config_path(
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{path}: {size:,} bytes is too large for a config file (at most 1 MiB)"
-            )
-        raw = path.read_bytes()
+        raw = read_user_file(path, MAX_CONFIG_BYTES, "config file")
+    except UserFileError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
     try:
@@ -263,7 +265,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _line_of(path: Path, key: str) -> str:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_user_file(path, MAX_CONFIG_BYTES).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return ""
     # `key = ...`, a dotted `key.sub = ...`, or a table header `[key]` / `[key.sub]`
@@ -292,10 +294,14 @@ def load_settings(
     """Build the settings from every layer; raise ConfigError with one clear line."""
     path, named = config_path(config, environ)
     layers: list[tuple[str, dict[str, Any]]] = []
-    if path.is_file():
-        layers.append((str(path), _read_toml(path)))
-    elif path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except OSError as exc:  # a name too long, a folder we may not look into
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    if is_dir:
         raise ConfigError(f"{path}: is a folder; --config takes a TOML file")
+    if exists:  # a FIFO or a device too: refused by _read_toml, not taken for missing
+        layers.append((str(path), _read_toml(path)))
     elif named:
         raise ConfigError(f"{path}: config file does not exist")
     layers.append(("environment", env_overrides(environ)))

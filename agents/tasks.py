@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agents.task_spec import CHECK_PREFIX, Task, TaskError, register_checks
+from agents.user_files import UserFileError, read_user_file
 
 BUILTIN_DIR = Path(__file__).resolve().with_name("task_files")
 BUILTIN_PREFIX = "builtin:"
@@ -86,9 +87,13 @@ def load_task(ref: str) -> Task:
             f"{ref}: no such task (built-in tasks: {known}; or give a .toml or .py file)"
         )
     path = Path(ref).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except OSError as exc:  # a name too long, a folder we may not look into
+        raise TaskError(f"{ref}: cannot read task file: {exc.strerror or exc}") from None
+    if is_dir:
         raise TaskError(f"{ref}: is a folder; a task is a .toml or .py file")
-    if not path.exists():
+    if not exists:
         raise TaskError(f"{ref}: task file does not exist")
     if path.suffix not in TASK_SUFFIXES:
         raise TaskError(f"{ref}: a task file must end in .toml or .py")
@@ -123,10 +128,9 @@ def seed_workdir(task: Task, workdir: Path) -> None:
 
 def _load_file(path: Path, source: str) -> Task:
     try:
-        size = path.stat().st_size
-        if size > MAX_TASK_BYTES:
-            raise TaskError(f"{path}: {size:,} bytes is too large for a task file (at most 16 MiB)")
-        raw = path.read_bytes()
+        raw = read_user_file(path, MAX_TASK_BYTES, "task file")
+    except UserFileError as exc:
+        raise TaskError(f"{path}: {exc}") from None
     except OSError as exc:
         raise TaskError(f"{path}: cannot read task file: {exc.strerror or exc}") from None
     try:

@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agents import blocks
+from agents.user_files import UserFileError, read_user_file, size_words
 from storage import (
     Author,
     EvaluationKind,
@@ -148,18 +151,15 @@ def _written_order(path: Path) -> tuple[str, float, str]:
 def read_traces(path: Path) -> list[Trace]:
     """The traces in one file, checked; `TraceFormatError` says what is wrong."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise TraceFormatError(exc.strerror or str(exc)) from None
-    if size > MAX_FILE_BYTES:
-        raise TraceFormatError(f"{size / 2**30:.1f} GiB is larger than a trace file can be")
-    try:
+        raw = read_user_file(path, MAX_FILE_BYTES, "trace file")
         if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as stream:
-                text = stream.read()
-        else:
-            text = path.read_text(encoding="utf-8")
-    except (OSError, EOFError) as exc:
+            # unpacked within the same bound: a small .gz can hold gigabytes of zeros
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+                raw = stream.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
+                raise UserFileError(f"unpacks to more than {size_words(MAX_FILE_BYTES)}")
+        text = raw.decode("utf-8")
+    except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(getattr(exc, "strerror", None) or str(exc)) from None
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"not UTF-8 text (byte {exc.start})") from None

@@ -23,6 +23,7 @@ from textual.binding import BindingType
 from textual.notifications import SeverityLevel
 from textual.worker import Worker
 
+from agents.safe_text import escape_controls
 from agents.settings import Settings
 from agents.workbench import Workbench
 from app import collector, exit_codes, shared
@@ -344,7 +345,9 @@ class ConsoleApp(App[None]):
         markup: bool = True,
     ) -> None:
         """Every notification (a screen's or a widget's comes here too) is kept in the
-        message log in full; an error's toast stays until dismissed."""
+        message log in full; an error's toast stays until dismissed. Either may quote the
+        model (a session's last message, an error), so its controls are shown escaped."""
+        message, title = escape_controls(message), escape_controls(title)
         self.message_log.add(message, title=title, severity=severity, markup=markup)
         if severity == "error":
             timeout = ERROR_TIMEOUT

@@ -1,10 +1,14 @@
-"""Text cut to fit a line of the console."""
+"""Text cut to fit a line of the console (its control characters shown escaped: it may
+be the model's)."""
 
 from __future__ import annotations
+
+from agents.safe_text import escape_controls
 
 
 def fit(text: str, width: int) -> str:
     """`text`, ended with "…" where it is longer than `width`."""
+    text = escape_controls(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -13,6 +13,7 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 import themes
+from agents.user_files import read_user_file
 
 COLOR_FIELDS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground",
                 "background", "surface", "panel", "boost")  # fmt: skip
@@ -32,10 +33,7 @@ MAX_THEME_BYTES = 1 << 20
 def parse_theme(path: Path) -> Theme:
     """Read one theme file; raise ValueError with a one-line reason."""
     try:
-        size = path.stat().st_size
-        if size > MAX_THEME_BYTES:
-            raise ValueError(f"{size:,} bytes is too large for a theme file (at most 1 MiB)")
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_user_file(path, MAX_THEME_BYTES, "theme file").decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(str(exc)) from None
     unknown = set(data) - set(COLOR_FIELDS) - set(OTHER_FIELDS) - {"variables"}

@@ -9,6 +9,7 @@ with "database is locked" when every write transaction takes the lock up front w
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -98,14 +99,37 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     return engine
 
 
+#: SQLite writes `-wal`, `-shm` and `-journal` files beside the database: its name must
+#: leave room for the longest suffix within the file system's NAME_MAX (255 on Linux).
+SIDE_FILE_SUFFIX = "-journal"
+
+
+def _check_sqlite_path(path: Path) -> None:
+    """A database path SQLite cannot use, as a StoreError (one line), not as an OSError
+    from the file system or SQLite's "unable to open database file"."""
+    try:
+        name_max = os.pathconf(path.parent, "PC_NAME_MAX") if path.parent.is_dir() else 255
+        if len(os.fsencode(path.name + SIDE_FILE_SUFFIX)) > name_max:
+            raise StoreError(
+                f"cannot open database {path}: its name is too long ({len(path.name)} "
+                f"characters; at most {name_max - len(SIDE_FILE_SUFFIX)})"
+            )
+        if not path.parent.is_dir():
+            raise StoreError(f"cannot open database {path}: folder {path.parent} does not exist")
+        if path.is_dir():
+            raise StoreError(f"cannot open database {path}: it is a folder; give a file path")
+        if path.exists() and not path.is_file():
+            raise StoreError(f"cannot open database {path}: not a regular file")
+    except OSError as exc:  # a path too long in all, a folder we may not look into
+        raise StoreError(f"cannot open database {path}: {exc.strerror or exc}") from None
+
+
 def create_engines(url: str) -> tuple[Engine, Engine]:
     """(writer, reader) engines for `url`."""
     if is_sqlite(url):
         path = sqlite_path(url)
-        if path is not None and not path.parent.is_dir():
-            raise StoreError(f"cannot open database {path}: folder {path.parent} does not exist")
-        if path is not None and path.is_dir():
-            raise StoreError(f"cannot open database {path}: it is a folder; give a file path")
+        if path is not None:
+            _check_sqlite_path(path)
         return _sqlite_engine(url, immediate=True), _sqlite_engine(url, immediate=False)
     try:
         engine = create_engine(url, pool_pre_ping=True)

@@ -26,6 +26,7 @@ as it is done, so a run killed at any point resumes from its last complete step:
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -86,6 +87,10 @@ class ImproveConfig:
                 raise ImproveError(f"{name} {value}: must be {low} to {high}")
         if self.then not in THEN:
             raise ImproveError(f"--then {self.then!r}: must be one of {', '.join(THEN)}")
+        # here, not when the first round's job is queued after its rollouts
+        for name, number in (("--epochs", self.epochs), ("--lr", self.learning_rate)):
+            if number is not None and not (number > 0 and math.isfinite(number)):
+                raise ImproveError(f"{name} {number:g}: must be > 0")
 
     def to_config(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.backends.base import AdapterError
+from agents.user_files import read_user_file
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+#: An adapter_config.json larger than this is refused unread (PEFT writes a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +37,15 @@ def read_adapter(name: str, path: str | Path) -> AdapterInfo:
     (one line naming the adapter and the problem)."""
     folder = Path(path).expanduser()
     where = f"adapter {name!r} at {folder}"
-    if not folder.is_dir():
+    try:
+        is_dir = folder.is_dir()
+    except OSError as exc:  # a name too long, a folder we may not look into
+        raise AdapterError(f"{where}: {exc.strerror or exc}") from None
+    if not is_dir:
         raise AdapterError(f"{where}: no such folder")
     config_file = folder / ADAPTER_CONFIG
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = json.loads(read_user_file(config_file, MAX_CONFIG_BYTES, ADAPTER_CONFIG))
     except FileNotFoundError:
         raise AdapterError(f"{where}: no {ADAPTER_CONFIG} (not a PEFT adapter folder)") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:

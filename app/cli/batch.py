@@ -117,6 +117,7 @@ def _log_to_file() -> str:
     over the progress line."""
     import logging
 
+    from agents.safe_text import EscapingFormatter
     from agents.settings import data_dir
 
     folder = data_dir() / "logs"
@@ -125,7 +126,7 @@ def _log_to_file() -> str:
         handler: logging.Handler = logging.FileHandler(folder / "batch.log", encoding="utf-8")
     except OSError:
         handler = logging.NullHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
@@ -329,12 +330,13 @@ _FINISHED = ("completed", "failed", "truncated")
 def _finished_line(task: BatchTask) -> str:
     """`task 3 (vigenere) truncated in 41 s: the context is full: ...`"""
     from agents.backends.base import one_line
+    from agents.safe_text import escape_controls
 
     name = task.spec.get("id") or task.spec.get("task") or task.spec.get("family") or "prompt"
     seconds = task.result.get("seconds")
     took = f" in {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
     why = f": {one_line(task.error, 200)}" if task.error else ""
-    return f"task {task.line} ({name}) {task.status.value}{took}{why}"
+    return escape_controls(f"task {task.line} ({name}) {task.status.value}{took}{why}")
 
 
 def _summary_line(summary: Summary) -> str:

@@ -1,5 +1,6 @@
 """`agent-console doctor`: check what agent-console needs, one line per check, and say how
-to fix each problem. Exit 0 when everything needed works, 1 otherwise."""
+to fix each problem. Exit 0 when everything needed works, 1 otherwise. `--repair` also
+writes back the work dirs a killed console left mounted."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ def line(ok: bool, name: str, detail: str, fix: str | None = None) -> str:
     return text
 
 
-def run_doctor(settings: Settings) -> int:
+def run_doctor(settings: Settings, repair: bool = False) -> int:
     from agents.sandbox import sandbox_status
 
     good = True
     sandbox = sandbox_status(refresh=True)
     good &= sandbox.ok
     print(line(sandbox.ok, "sandbox", sandbox.detail, sandbox.fix))
+    good &= _stranded_work_dirs(settings, repair)
 
     from agents.backends import resolve
 
@@ -86,6 +88,28 @@ def run_doctor(settings: Settings) -> int:
     )
     sys.stdout.flush()
     return exit_codes.OK if good else exit_codes.FAILED
+
+
+def _stranded_work_dirs(settings: Settings, repair: bool) -> bool:
+    """A line for the sessions' work dirs a killed console left mounted (a tmpfs each,
+    its memory held), if any; with `repair`, a line for each one written back. Whether
+    none is left."""
+    from agents.sandbox.workdir import stranded, write_back_stranded
+
+    if not repair:
+        left = stranded(settings.sessions_dir())
+        if left:
+            shown = ", ".join(map(str, left[:3])) + (", ..." if len(left) > 3 else "")
+            detail = f"{len(left)} left mounted by a console that was killed: {shown}"
+            fix = "`agent-console doctor --repair` writes them back and unmounts them"
+            print(line(False, "work dirs", detail, fix))
+        return not left
+    good = True
+    for path, problem in write_back_stranded(settings.sessions_dir()):
+        good &= problem is None
+        detail = problem or f"{path} written back and unmounted (a killed console had left it)"
+        print(line(problem is None, "work dir", detail))
+    return good
 
 
 #: Below this much free space in the data folder, training and the store are at risk

@@ -16,7 +16,9 @@ def command_fail(command: str | None) -> Fail:
     prefix = f"agent-console {command}" if command else "agent-console"
 
     def fail(message: str, code: int) -> int:
-        print(f"{prefix}: error: {message}", file=sys.stderr)
+        from agents.safe_text import escape_controls  # a leaf: no cycle to fear
+
+        print(f"{prefix}: error: {escape_controls(message)}", file=sys.stderr)
         return code
 
     return fail

@@ -22,6 +22,7 @@ from agents.events import (
     progress_line,
 )
 from agents.runtime import session_options
+from agents.safe_text import escape_controls
 from app import exit_codes
 from app.cli.common import open_model, open_store, refuse_without_sandbox
 from app.cli.failing import command_fail
@@ -57,7 +58,8 @@ class Progress:
         else:
             line = progress_line(event)
         if line:
-            self.err.write(f"{time.monotonic() - self.started:7.1f} s  {line}\n")
+            # a line may hold what the model wrote (a message, an evaluation's title)
+            self.err.write(f"{time.monotonic() - self.started:7.1f} s  {escape_controls(line)}\n")
             self.err.flush()
 
     def describe_sampling(self, event: SamplingProgress) -> str | None:
@@ -160,12 +162,12 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
         hint = hint if sid else ""
         return fail(f"{outcome.backend_error}{hint}", exit_codes.MODEL)
     if not args.json:
-        print(outcome.message, flush=True)
+        print(escape_controls(outcome.message), flush=True)
     if outcome.status is SessionStatus.ABORTED and outcome.session_id:
         sid = outcome.session_id
         print(
-            f"agent-console: session {sid} {outcome.reason or 'aborted'}; to go on: "
-            f"{resume_command(args, sid)}",
+            f"agent-console: session {sid} {escape_controls(outcome.reason or 'aborted')}; "
+            f"to go on: {resume_command(args, sid)}",
             file=sys.stderr,
             flush=True,
         )

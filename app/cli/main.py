@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
+import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
@@ -146,11 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(commands)
     add_sessions_parser(commands)
     add_train_parsers(commands)
-    commands.add_parser(
+    doctor = commands.add_parser(
         "doctor",
         help="check the sandbox, the model backend and the trace store, and say how to fix "
         "what is wrong",
         description="Check what agent-console needs and explain each problem in one line.",
+    )
+    doctor.add_argument(
+        "--repair",
+        action="store_true",
+        help="also write back and unmount the sessions' work dirs a killed console left mounted",
     )
     label = commands.add_parser(
         "label",
@@ -283,12 +291,17 @@ def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    from agents.safe_text import escape_controls
+
+    print(f"{PROG}: error: {escape_controls(message)}", file=sys.stderr)
     return code
 
 
 def run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    from agents.safe_text import escape_logs_without_handlers
+
+    escape_logs_without_handlers()  # a warning naming a model's file is shown escaped
     if args.db is not None and not args.db.strip():
         return fail("--db is empty: give a file path or a SQLAlchemy URL", exit_codes.USAGE)
 
@@ -322,7 +335,7 @@ def run(argv: Sequence[str] | None) -> int:
     if args.command == "doctor":
         from app.cli.doctor import run_doctor
 
-        return run_doctor(settings)
+        return run_doctor(settings, repair=args.repair)
     if args.command == "label":
         return run_label(args, settings)
     if args.command in ("train", "adapters"):
@@ -356,6 +369,7 @@ def run(argv: Sequence[str] | None) -> int:
     if args.query is not None or args.resume is not None:
         from app.cli.headless import run_query
 
+        write_back_stranded_work_dirs(settings)
         return run_query(args, settings)
     for flag in ("json", "unsafe_no_sandbox"):
         if getattr(args, flag):
@@ -373,7 +387,9 @@ def run(argv: Sequence[str] | None) -> int:
 
     from app.console import ConsoleApp
 
-    if sys.stdout.isatty() and not args.adapter_name:
+    no_terminal = terminal_missing("the console")
+    if no_terminal is None and not args.adapter_name:
+        write_back_in_background(settings)
         # In a terminal the store opens after the console's first frame (SQLAlchemy takes
         # half a second to load); one that cannot be opened ends the console with exit 5.
         console = ConsoleApp(database=settings.database(), settings=settings, task=task)
@@ -396,9 +412,44 @@ def run(argv: Sequence[str] | None) -> int:
                 find_adapter(store, args.adapter_name)
             except AdapterLookupError as exc:
                 return fail(str(exc), exit_codes.USAGE)
+        if no_terminal is not None:  # after the store and the adapter: their errors first
+            return fail(f"{no_terminal} (a headless session: --query TEXT)", exit_codes.USAGE)
+        write_back_in_background(settings)
         console = ConsoleApp(store=store, settings=settings, task=task, adapter=args.adapter_name)
         console.run()
     return console.return_code or exit_codes.OK
+
+
+def terminal_missing(what: str) -> str | None:
+    """Why `what`, a Textual screen, cannot run here, or None. On a pipe Textual would wait
+    for keys that never come and write its escape codes into the reader's output."""
+    for name, stream in (("standard input", sys.stdin), ("standard output", sys.stdout)):
+        try:
+            is_terminal = stream is not None and stream.isatty()
+        except ValueError:  # closed
+            is_terminal = False
+        if not is_terminal:
+            return f"{what} needs a terminal, and {name} is not one"
+    return None
+
+
+def write_back_in_background(settings: Settings) -> None:
+    """The console's: not before the first frame, as a work dir to write back may hold a
+    GiB."""
+    threading.Thread(
+        target=write_back_stranded_work_dirs, args=(settings,), name="write-back", daemon=True
+    ).start()
+
+
+def write_back_stranded_work_dirs(settings: Settings) -> None:
+    """Write back and unmount the sessions' work dirs a killed console left mounted (a
+    tmpfs each, its memory held until then): one read of the mount table when none is."""
+    from agents.sandbox.workdir import write_back_stranded
+
+    try:
+        write_back_stranded(settings.sessions_dir())
+    except Exception:  # never in the way of the run; doctor --repair says more
+        logging.getLogger(__name__).exception("the stranded work dirs were not written back")
 
 
 def run_label(args: argparse.Namespace, settings: Settings) -> int:
@@ -422,6 +473,9 @@ def run_label(args: argparse.Namespace, settings: Settings) -> int:
                     f"--session {args.session}: no such session in {store.where}",
                     exit_codes.USAGE,
                 )
+        no_terminal = terminal_missing("`label`")
+        if no_terminal is not None:  # after the store and the session: their errors first
+            return fail(no_terminal, exit_codes.USAGE)
         from app.console import ConsoleApp
 
         ConsoleApp(store=store, settings=settings, start="label", label_session=args.session).run()
@@ -478,6 +532,7 @@ def log_crash() -> str:
     """Write the current exception's traceback to the log file; return its path."""
     import traceback
 
+    from agents.safe_text import escape_controls
     from agents.settings import data_dir
 
     try:
@@ -485,7 +540,7 @@ def log_crash() -> str:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "crash.log"
         with path.open("a", encoding="utf-8") as log:
-            log.write(traceback.format_exc() + "\n")
+            log.write(escape_controls(traceback.format_exc()) + "\n")
         return str(path)
     except OSError:
         return "(the log file could not be written)"
@@ -518,13 +573,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BrokenPipeError:
         code = closed_pipe()
     except Exception as exc:
-        where = log_crash()
-        code = fail(
-            f"internal error: {type(exc).__name__}: {exc} (traceback in {where})",
-            exit_codes.INTERNAL,
-        )
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # only a name the user gave (a flag, a task file) can be too long for the system
+            code = fail(f"{exc.filename}: {exc.strerror}", exit_codes.USAGE)
+        else:
+            where = log_crash()
+            code = fail(
+                f"internal error: {type(exc).__name__}: {exc} (traceback in {where})",
+                exit_codes.INTERNAL,
+            )
     finally:
         gc.enable()
+        # What a run froze (`gc.freeze()`: the model, the console's start-up objects) is
+        # given back to the collector, so that the interpreter frees it at exit. Left
+        # frozen, triton's bindings (loaded by torch) find their objects alive and print
+        # 31 lines of "nanobind: leaked ..." after every run of the transformers backend.
+        gc.unfreeze()
     sys.exit(code)
 
 

@@ -39,9 +39,10 @@ def fail(command: str, message: str, code: int) -> int:
 def run_import(args: argparse.Namespace, settings: Settings) -> int:
     from agents.weave import import_paths, trace_files
 
-    missing = [p for p in args.paths if not _exists(p)]
-    if missing:
-        return fail("import", f"{missing[0]}: no such file or folder", exit_codes.USAGE)
+    for given in args.paths:
+        problem = _missing(given)
+        if problem is not None:
+            return fail("import", f"{given}: {problem}", exit_codes.USAGE)
     if not trace_files(args.paths):
         return fail(
             "import", "no trace files (*.json, *.jsonl, *.jsonl.gz) there", exit_codes.USAGE
@@ -58,10 +59,14 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     return exit_codes.USAGE if report.failed else exit_codes.OK
 
 
-def _exists(path: str) -> bool:
+def _missing(path: str) -> str | None:
+    """Why `path` cannot be imported from before it is opened, or None."""
     from pathlib import Path
 
-    return Path(path).exists()
+    try:
+        return None if Path(path).exists() else "no such file or folder"
+    except OSError as exc:  # a name too long, a folder we may not look into
+        return exc.strerror or str(exc)
 
 
 def run_export_weave(args: argparse.Namespace, settings: Settings) -> int:

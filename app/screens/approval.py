@@ -33,6 +33,7 @@ from textual.widgets import Footer, Input, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from agents.approval import ApprovalRequest, Decision
+from agents.safe_text import escape_controls
 from app.actions import APPROVAL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from storage import Node
@@ -72,6 +73,7 @@ def capped(text: str) -> tuple[str, str | None]:
 
     Rendering is the slow part (highlighting, wrapping), so a megabyte of model output is
     cut to its head here rather than handed to Rich."""
+    text = escape_controls(text)
     head = text[:VIEW_MAX_CHARS]
     lines = head.splitlines()
     if len(lines) > VIEW_MAX_LINES:
@@ -294,7 +296,9 @@ class ApprovalScreen(ModalScreen[Decision]):
         self.decide(Decision.pick(self.request.alternates[number - 1].id))
 
     def action_edit(self) -> None:
-        text = self.request.action.text
+        # the editor writes its text to the terminal as it is: controls go in escaped (in
+        # a string literal, `\x1b` is the same character)
+        text = escape_controls(self.request.action.text)
         editor = self.query_one("#approval-editor", TextArea)
         highlight = len(text) <= EDIT_HIGHLIGHT_MAX_CHARS
         editor.language = "python" if highlight else None
@@ -332,7 +336,7 @@ class ApprovalScreen(ModalScreen[Decision]):
                 severity="error",
             )
             return
-        if text.strip() == self.request.action.text.strip():
+        if text.strip() == escape_controls(self.request.action.text).strip():
             self.notify("unchanged: press a to approve as it is", severity="warning")
             return
         self.decide(Decision.edit(text))

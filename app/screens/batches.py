@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker
 
 from agents.batch import Summary, by_adapter, describe_counts, spec_name, summarize
+from agents.safe_text import escape_controls
 from app.actions import BATCHES_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
 from app.shared import report_failure
@@ -138,7 +139,7 @@ def task_cells(task: BatchTask) -> dict[str, Text | str]:
     result = task.result
     total = result.get("checks_total")
     value = result.get("reward")
-    error = " ".join((task.error or "").split())
+    error = escape_controls(" ".join((task.error or "").split()))
     return {
         "line": str(task.line),
         "task": spec_name(task.spec),

@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from agents.safe_text import escape_controls
 from agents.workbench import SharedMemory, Workbench
 from app.actions import LABEL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
@@ -510,7 +511,7 @@ class LabelScreen(Screen[None]):
         expectation = self.query_one("#label-expectation", Static)
         expectation.border_title = expectation_title(item)
         expectation.update(
-            Text(item.expectation.text)
+            Text(escape_controls(item.expectation.text))
             if item.expectation is not None and item.expectation.text.strip()
             else Text("no expectation was written this tick", style="dim italic")
         )
@@ -574,7 +575,7 @@ def head_text(item: QueueItem) -> Text:
 
 
 def code_view(code: str) -> RenderableType:
-    code = code.rstrip("\n")
+    code = escape_controls(code).rstrip("\n")
     head = code[:VIEW_MAX_CHARS]
     lines = head.splitlines()
     if len(lines) > VIEW_MAX_LINES:
@@ -611,19 +612,20 @@ def expectation_title(item: QueueItem) -> str:
 def evaluations_text(results: Iterable[EvaluationResult]) -> Text:
     text = Text()
     for result in results:
+        name = escape_controls(result.name)
         if text:
             text.append("\n")
         if result.error is not None:
             text.append("! ", style="bold red")
-            text.append(result.name, style="bold")
+            text.append(name, style="bold")
             text.append(f"  error: {one_line(result.error)}", style="red")
         elif evaluation_passed(result):
             text.append("✔ ", style="bold green")
-            text.append(result.name, style="bold")
+            text.append(name, style="bold")
             text.append(f"  {one_line(repr(result.result))}", style="dim")
         else:
             mark = "✘ " if evaluation_failed(result) else "? "
             text.append(mark, style="bold red" if mark == "✘ " else "bold")
-            text.append(result.name, style="bold")
+            text.append(name, style="bold")
             text.append(f"  {one_line(repr(result.result))}", style="dim")
     return text or Text("no evaluation callbacks ran this tick", style="dim italic")

@@ -24,6 +24,7 @@ from textual.widgets import Footer, Header, Input, Tree
 from textual.worker import Worker, WorkerState
 
 from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
+from agents.safe_text import escape_controls
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
 from app.job_watch import JobWatch, ending_note
@@ -378,7 +379,7 @@ class MainScreen(Screen[None]):
 
     def on_live_sampling_progress(self, message: LiveSamplingProgress) -> None:
         event = message.event
-        tail = " ".join(event.text.split())[-60:]
+        tail = escape_controls(" ".join(event.text.split()))[-60:]
         self.query_one(StatusBar).activity = (
             f"writing {event.block} ({event.candidates} candidates, "
             f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from agents.safe_text import escape_controls
 from storage import Label, Node, Session
 
 from .results import readable_row
@@ -33,9 +34,10 @@ EMPTY = "Select a block in the tree to see it here."
 
 
 def capped(text: str) -> tuple[str, bool]:
+    """The part of `text` the view shows (controls escaped), and whether it was cut."""
     if len(text) <= VIEW_CHARS:
-        return text, False
-    return text[:VIEW_CHARS], True
+        return escape_controls(text), False
+    return escape_controls(text[:VIEW_CHARS]), True
 
 
 class BlockView(Static):
@@ -134,7 +136,7 @@ class Candidates(Static):
             style = "reverse" if node.id == selected.id else ""
             score = f"{node.score:+.2f}" if node.score is not None else "-"
             # One line per candidate: a narrow pane cuts the first line short, never wraps it.
-            line = Text(first, style=style, no_wrap=True, overflow="ellipsis")
+            line = Text(escape_controls(first), style=style, no_wrap=True, overflow="ellipsis")
             table.add_row(Text(mark), Text(score), line)
         self.update(Group(Text(f"{len(candidates)} candidates", style="bold"), table))
 

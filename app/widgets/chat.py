@@ -10,6 +10,7 @@ from textual.binding import BindingType
 from textual.keys import REPLACED_KEYS, key_to_character
 from textual.widgets import Input, RichLog
 
+from agents.safe_text import escape_controls
 from app.actions import CHAT_ACTIONS, bindings
 
 #: A paste can be huge; the agent gets it whole (clipped by the runtime), the log a line.
@@ -23,7 +24,7 @@ class ChatLog(RichLog):
     def say(self, who: str, text: str, *, style: str = "") -> None:
         shown = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + " […]"
         line = Text(f"{who}: ", style=f"bold {style}".strip())
-        line.append(shown)
+        line.append(escape_controls(shown))
         self.write(line)
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from agents.safe_text import escape_controls
 from storage import (
     EvaluationKind,
     EvaluationResult,
@@ -34,7 +35,7 @@ def short(value: Any) -> str:
         text = value if isinstance(value, str) else json.dumps(value, default=str)
     except (TypeError, ValueError):
         text = repr(value)
-    text = " ".join(text.split())
+    text = escape_controls(" ".join(text.split()))
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
@@ -60,7 +61,7 @@ def render_tick(
     expectations = [n for n in live if n.kind == "expectation"]
     parts.append(Text("expectation", style="bold underline"))
     if expectations:
-        parts.append(Text(expectations[-1].text.strip() or "(empty)"))
+        parts.append(Text(escape_controls(expectations[-1].text.strip()) or "(empty)"))
     else:
         parts.append(Text("none written", style="dim"))
 
@@ -74,7 +75,7 @@ def render_tick(
         for result in questions:
             odds = result.result if isinstance(result.result, int | float) else None
             shown = f"{odds:+.2f}" if odds is not None else short(result.result)
-            table.add_row(Text(shown, style="bold"), Text(result.name))
+            table.add_row(Text(shown, style="bold"), Text(escape_controls(result.name)))
         for node in scored:
             table.add_row(
                 Text(f"{node.score_parts.get('evaluator', node.score or 0.0):+.2f}", style="bold"),
@@ -89,9 +90,11 @@ def render_tick(
         for node in observations:
             title = node.meta.get("title") or "observation"
             first = node.text.strip().splitlines()[0] if node.text.strip() else "(empty)"
-            parts.append(Text(f"{title}: {short(first)}"))
+            parts.append(Text(f"{escape_controls(title)}: {short(first)}"))
         for result in observed:
-            parts.append(Text(f"{result.name}: {short(result.result or result.error)}"))
+            parts.append(
+                Text(f"{escape_controls(result.name)}: {short(result.result or result.error)}")
+            )
     failed = [n for n in live if n.status is NodeStatus.FAILED]
     if failed:
         parts.append(Text(f"{len(failed)} action(s) raised", style=f"bold {error}"))
@@ -114,6 +117,7 @@ def checks(evaluations: Sequence[EvaluationResult], error: str) -> list[Renderab
     table = Table.grid(padding=(0, 1))
     details: list[RenderableType] = []
     for result in callbacks:
+        name = escape_controls(result.name)
         verdict = check_verdict(result)
         text = result.error if result.error is not None else readable(result.result)
         # what went wrong is said last: a traceback's exception, a test run's summary
@@ -121,8 +125,8 @@ def checks(evaluations: Sequence[EvaluationResult], error: str) -> list[Renderab
         style = "bold green" if verdict == "pass" else f"bold {error}"
         took = f"{result.duration * 1000:.0f} ms" if result.duration is not None else ""
         value = Text(shown, style=error if verdict == "error" else "")
-        table.add_row(Text(verdict, style=style), Text(result.name), value, Text(took, style="dim"))
+        table.add_row(Text(verdict, style=style), Text(name), value, Text(took, style="dim"))
         if verdict != "pass" and text.strip() and shown != text.strip():
-            details.append(Text(f"{result.name}: {verdict}", style=f"bold {error}"))
+            details.append(Text(f"{name}: {verdict}", style=f"bold {error}"))
             details.append(Padding(Text("\n".join(capped_lines(text))), (0, 0, 0, 2)))
     return [heading, table, *details]

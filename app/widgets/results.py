@@ -12,6 +12,7 @@ import ast
 import json
 from typing import Any
 
+from agents.safe_text import escape_controls
 from app.text import fit
 
 STREAMS = ("stdout", "stderr")
@@ -69,7 +70,7 @@ def readable_row(text: str) -> str:
             isinstance(value, dict) and any(isinstance(value.get(k), str) for k in STREAMS)
         ):
             value_text = readable(value)
-    return "\n".join([value_text, *rest])
+    return escape_controls("\n".join([value_text, *rest]))
 
 
 def preview(text: str, width: int, *, last: bool = False) -> str:
@@ -85,7 +86,7 @@ def preview(text: str, width: int, *, last: bool = False) -> str:
 def capped_lines(text: str, limit: int = DETAIL_LINES) -> list[str]:
     """The lines of `text`; past `limit`, its first and last ones around a note of how
     many were left out."""
-    lines = text.rstrip().splitlines()
+    lines = escape_controls(text).rstrip().splitlines()
     if len(lines) <= limit:
         return lines
     tail = limit - DETAIL_HEAD

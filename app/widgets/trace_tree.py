@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from agents.safe_text import escape_controls
 from app.actions import TREE_ACTIONS, bindings
 from storage import (
     CheckCounts,
@@ -167,7 +168,7 @@ def block_label(node: Node, label: Label | None, checks: CheckCounts | None, err
         text.append(f" {node.score:+.1f}", style="dim")
     first = node.text.strip().splitlines()[0][:PREVIEW] if node.text.strip() else ""
     if first:
-        text.append(f"  {first}", style=f"dim {error}" if failed else "dim")
+        text.append(f"  {escape_controls(first)}", style=f"dim {error}" if failed else "dim")
     return text
 
 

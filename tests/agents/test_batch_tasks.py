@@ -198,7 +198,7 @@ def test_a_missing_tasks_file(tmp_path: Path) -> None:
 def test_a_folder_is_not_a_tasks_file(tmp_path: Path) -> None:
     with pytest.raises(TasksFileError) as caught:
         read_tasks(tmp_path)
-    assert str(caught.value) == f"{tmp_path}: Is a directory"
+    assert str(caught.value) == f"{tmp_path}: is a folder; a tasks file must be a regular file"
 
 
 def test_a_tasks_file_that_is_not_utf8(tmp_path: Path) -> None:

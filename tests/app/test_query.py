@@ -329,3 +329,58 @@ def test_a_terminating_signal_aborts_the_session_like_ctrl_c(
         assert "orientation" not in kinds  # stopped inside the block's generate call
     else:
         assert "outcome" not in kinds  # stopped inside the check, before the outcome
+
+
+#: What a run may print on stderr besides its progress lines: the model's loading, and how
+#: to go on after an interrupt.
+EXPECTED_STDERR = re.compile(
+    r"loading the model\.\.\.$|Loading weights: |agent-console: session \d+ .*; to go on: "
+)
+
+
+#: a progress line, indented or not (a check's result, a policy's decision)
+ANY_PROGRESS_LINE = re.compile(r"^ *\d+\.\d s  ")
+
+
+def _unexpected(stderr: str) -> list[str]:
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not ANY_PROGRESS_LINE.match(line) and not EXPECTED_STDERR.match(line)
+    ]
+
+
+@pytest.mark.parametrize(
+    "signum", [None, signal.SIGINT, signal.SIGTERM], ids=["exit", "SIGINT", "SIGTERM"]
+)
+def test_a_run_prints_nothing_it_was_not_asked_for(
+    tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals | None
+) -> None:
+    """After the transformers backend has generated, the exit (a normal one, or after
+    Ctrl-C or SIGTERM) adds nothing to stderr: it once printed 31 lines of `nanobind:
+    leaked ...`, triton's bindings (torch loads them) finding their objects still alive
+    at exit because the run had frozen them out of the collector's reach."""
+    task = _task(tmp_path, passes=False)
+    if signum is None:
+        result = _query(tmp_path, tiny_model_dir, "--query", "go", "--task", str(task))
+        code, err = result.returncode, result.stderr
+        assert code == exit_codes.TRUNCATED, err
+        assert "tick 1 orientation chosen" in err  # the model did generate
+    else:
+        command = _command(
+            tmp_path, tiny_model_dir, *FAST, "--max-ticks", "50", "--json", "--query", "go",
+            "--task", str(task),
+        )  # fmt: skip
+        process = _spawn(command, tmp_path)
+        assert process.stdout is not None
+        for line in process.stdout:
+            event = json.loads(line)
+            if event.get("event") == "node" and event.get("kind") == "orientation":
+                break  # the model did generate
+        else:
+            process.wait(60)
+            pytest.fail(f"the run ended before the signal: {process.stderr.read()[-2000:]}")
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == exit_codes.INTERRUPTED, err
+    assert _unexpected(err) == [], err

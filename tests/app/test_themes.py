@@ -3,6 +3,7 @@ one-line reason; `load_themes` sorts good files from broken ones."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,21 @@ def test_load_themes_by_default_reads_the_package_and_config_folders(tmp_path: P
     found, problems = load_themes()
     assert [t.name for t in found] == ["agent-console-light", "agent-console", "mine"]
     assert len(problems) == 1 and str(user / "broken.toml") in problems[0]
+
+
+@pytest.mark.timeout(60)
+def test_a_theme_file_that_is_not_a_regular_file_is_skipped_unread(tmp_path: Path) -> None:
+    """A FIFO would wait for a writer, /dev/zero would fill the memory: both are named in
+    a problem, unread, and the good theme beside them still loads."""
+    folder = tmp_path / "themes"
+    _theme(folder, "good.toml", GOOD)
+    os.mkfifo(folder / "fifo.toml")
+    (folder / "zero.toml").symlink_to("/dev/zero")
+    found, problems = load_themes([folder])
+    assert [t.name for t in found] == ["mine"]
+    assert problems == [
+        f"theme file {folder / 'fifo.toml'} skipped: is a FIFO; a theme file must be a "
+        "regular file",
+        f"theme file {folder / 'zero.toml'} skipped: is a character device; a theme file "
+        "must be a regular file",
+    ]

@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ATTACK_FILES = (
     ROOT / "tests" / "agents" / "test_sandbox.py",
     ROOT / "tests" / "reliability" / "test_sandbox_attacks.py",
+    ROOT / "tests" / "reliability" / "test_workdir_write_back.py",
+    ROOT / "tests" / "reliability" / "test_verdict_integrity.py",
+    ROOT / "tests" / "reliability" / "test_terminal_escapes.py",
     ROOT / "tests" / "reliability" / "test_channel_fuzz.py",
 )
 

@@ -282,7 +282,7 @@ FLAG_CASES = [
     case("import-unknown-format", "import xml x", USAGE, "invalid choice: 'xml'"),
     # batch
     case("batch-missing-file", "batch missing.jsonl", USAGE, "No such file or directory"),
-    case("batch-folder", "batch emptydir", USAGE, "Is a directory"),
+    case("batch-folder", "batch emptydir", USAGE, "emptydir: is a folder"),
     case("batch-bad-json", "batch b_bad_json.jsonl", USAGE, "line 1: not JSON"),
     case("batch-binary", "batch b_binary.jsonl", USAGE, "not UTF-8 text"),
     case("batch-empty", "batch b_empty.jsonl", USAGE, "no tasks"),
