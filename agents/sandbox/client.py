@@ -380,9 +380,7 @@ class Kernel:
         if self.unsafe:
             return [pid for pid in _descendants(proc.pid) if _alive(pid)]
         # Inside its PID namespace bwrap's init is 1 and the kernel, its first child, 2.
-        return [
-            pid for pid in self._tree() if _inner_pid(pid) not in (1, 2, None) and _alive(pid)
-        ]
+        return [pid for pid in self._tree() if _inner_pid(pid) not in (1, 2, None) and _alive(pid)]
 
     def _kill_strays(self) -> None:
         """Kill every process a call left running (they may fork while being killed: again

@@ -58,9 +58,7 @@ def action(code: str) -> str:
 
 
 @pytest.mark.parametrize("name", list(FORGERIES))
-def test_attack_forge_the_tasks_verdict(
-    name: str, backend: object, tmp_path: Path
-) -> None:
+def test_attack_forge_the_tasks_verdict(name: str, backend: object, tmp_path: Path) -> None:
     events: list[RuntimeEvent] = []
     with TraceStore(tmp_path / "traces.db") as store:
         runtime, _ = make_runtime(
