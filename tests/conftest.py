@@ -9,6 +9,7 @@ skip, unless `AGENT_CONSOLE_REQUIRE_PG=1` (CI), which turns the skip into a fail
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import uuid
@@ -100,6 +101,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["OMP_NUM_THREADS"] = threads
         if "torch" in sys.modules:  # imported before this hook: the variable came too late
             sys.modules["torch"].set_num_threads(int(threads))
+    # A run started in the background by a script (`make test &`) ignores SIGINT, and so
+    # would every process a test starts: a test's Ctrl-C would never arrive. A handler (not
+    # "ignore") becomes the default in a child, which Python turns into KeyboardInterrupt.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"
