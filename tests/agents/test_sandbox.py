@@ -54,13 +54,6 @@ def _bwrap_present() -> None:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
 def kernel(workdir: Path) -> Iterator[Kernel]:
     with Kernel(workdir, limits=FAST) as opened:
         yield opened

@@ -18,7 +18,6 @@ import http.server
 import json
 import math
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -28,6 +27,7 @@ import pytest
 from agents.backends.base import BackendError, Candidate, ServerUnreachableError
 from agents.backends.openai_backend import OpenAIBackend
 from tests.backends.vllm_server import SERVED_NAME, VLLMServer
+from tests.support.scripted_vllm import serving
 
 PROMPT = "#startblock type: action\n"
 GRAMMAR = r'root ::= "def f(x):\n    return " [0-9]+ "\n#endblock"'
@@ -184,13 +184,8 @@ def _stand_in(stream_body: bytes, *, complete: bool) -> Iterator[str]:
             self._send(body, "text/event-stream", None if complete else len(body) + 4096)
             self.close_connection = True
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 def test_other_servers_stream_but_get_no_grammar() -> None:

@@ -41,7 +41,12 @@ from agents.sandbox import CallResult, Kernel, Limits, SandboxError
 from agents.sandbox import workdir as workdir_module
 from agents.sandbox.python_inside import path_inside, python_layout
 from storage import Author, NodeStatus, SessionStatus, TraceStore
-from tests.agents.test_sandbox import FAST, REQUIRE_ENV, everything, ok
+from tests.agents.test_sandbox import (  # noqa: F401 (_bwrap_present: autouse)
+    FAST,
+    _bwrap_present,
+    everything,
+    ok,
+)
 from tests.support.answer_task import TASK
 from tests.support.runs import make_runtime
 
@@ -61,21 +66,6 @@ ATTEMPT = (
     "        tried[name] = code or type(exc).__name__\n"
     "self.add_action('tried', lambda s: tried)\n"
 )
-
-
-@pytest.fixture(autouse=True)
-def _bwrap_present() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but bubblewrap (bwrap) is not installed", pytrace=False)
-        pytest.skip("bubblewrap (bwrap) is not installed")
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
 
 
 @pytest.fixture

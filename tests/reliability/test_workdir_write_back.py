@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,7 +23,10 @@ import pytest
 from agents.sandbox import Kernel
 from agents.sandbox.workdir import MAX_DEPTH
 from app import exit_codes
-from tests.agents.test_sandbox import REQUIRE_ENV, ok
+from tests.agents.test_sandbox import (  # noqa: F401 (_bwrap_present: autouse)
+    _bwrap_present,
+    ok,
+)
 from tests.app.test_cli import _run
 from tests.app.test_doctor import _lines
 from tests.reliability.test_sandbox_attacks import (
@@ -50,21 +52,6 @@ CHAIN = (
     "    os.close(fd)\n"
     "    return levels\n"
 )
-
-
-@pytest.fixture(autouse=True)
-def _bwrap_present() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but bubblewrap (bwrap) is not installed", pytrace=False)
-        pytest.skip("bubblewrap (bwrap) is not installed")
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
 
 
 def mounted(path: Path) -> bool:
