@@ -251,13 +251,14 @@ class ConsoleApp(App[None]):
             self.offer_starter(backend)
 
     def offer_starter(self, backend: Backend) -> None:
-        """On the offline model with no adapter in use: offer its starter adapter, or say
-        how to train one (the base writes almost no valid block)."""
-        from agents.backends.offline import is_offline
+        """On an offline base model with no adapter in use: offer its starter adapter, or
+        say how to train one (the base writes almost no valid block)."""
+        from agents.backends.offline import offline_entry
         from storage import NotFoundError
         from training.starter import NAME
 
-        if backend.active_adapter or not is_offline(backend.model):
+        offline = offline_entry(backend.model)
+        if backend.active_adapter or offline is None or offline.instruction_tuned:
             return
         try:
             adapter = self.store.get_adapter(NAME)

@@ -4,6 +4,7 @@ chosen: opening the console or the store never loads torch, transformers or vLLM
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.backends.base import (
@@ -37,8 +38,8 @@ def hub_default_cached() -> bool:
 
 def default_model(progress: Progress | None = None, *, convert: bool = True) -> str:
     """The model used when none is named: DEFAULT_MODEL where the Hugging Face cache has
-    it, else the offline Gemma 3 270M folder (converted first when `convert`; with
-    `convert=False` its folder is named whether or not it exists yet)."""
+    it, else the default offline model's folder (`registry.DEFAULT`; converted first when
+    `convert`; with `convert=False` its folder is named whether or not it exists yet)."""
     if hub_default_cached():
         return DEFAULT_MODEL
     from agents.backends import offline
@@ -49,8 +50,19 @@ def default_model(progress: Progress | None = None, *, convert: bool = True) -> 
 
 
 def model_or_default(named: str, progress: Progress | None = None) -> str:
-    """`named` when given, else the default model (converted when needed)."""
-    return named.strip() or default_model(progress)
+    """`named` when given, else the default model (converted when needed). An offline
+    model's name (`agent-console models` lists them) gives its folder, converted first
+    when needed, unless a folder of that name is where the name points."""
+    named = named.strip()
+    if not named:
+        return default_model(progress)
+    from agents.backends.registry import MODELS
+
+    if named in MODELS and not Path(named).exists():
+        from agents.backends import offline
+
+        return str(offline.ensure_model(progress, name=named))
+    return named
 
 
 def resolve(settings: Settings) -> tuple[str, str, str]:

@@ -118,7 +118,8 @@ MIN_FREE_BYTES = 2 * 1024**3
 
 
 def offline_model_line() -> tuple[bool, str]:
-    """The offline model (Gemma 3 270M from PyPI): converted, convertible, or missing."""
+    """The default offline model (`agent-console models` lists them all): converted,
+    convertible, or missing."""
     from agents.backends.offline import status_line
 
     return status_line()
@@ -137,10 +138,13 @@ def _model_loads(settings: Settings) -> tuple[bool, str]:
         )
     except BackendError as exc:
         return False, str(exc)
+    from agents.backends.offline import model_label
+
     try:
         took = time.monotonic() - started
         size = f", {backend.parameters / 1e6:.0f}M parameters" if backend.parameters else ""
-        return True, f"{backend.model} loads on {backend.device} in {took:.1f} s{size}"
+        named = model_label(backend.model)
+        return True, f"{named} loads on {backend.device} in {took:.1f} s{size}"
     finally:
         backend.close()
 

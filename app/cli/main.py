@@ -24,6 +24,7 @@ from app.cli.batch import add_batch_parser
 from app.cli.export import add_export_parser
 from app.cli.improve import add_improve_parser
 from app.cli.memory import add_memory_parser
+from app.cli.models import add_models_parser
 from app.cli.sessions import add_sessions_parser
 from app.cli.train import add_adapter_argument, add_train_parsers
 from app.cli.weave import add_import_parser
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_parser(commands)
     add_improve_parser(commands)
     add_memory_parser(commands)
+    add_models_parser(commands)
     add_sessions_parser(commands)
     add_train_parsers(commands)
     doctor = commands.add_parser(
@@ -362,6 +364,10 @@ def run(argv: Sequence[str] | None) -> int:
         from app.cli.memory import run_memory
 
         return run_memory(args, settings)
+    if args.command == "models":
+        from app.cli.models import run_models
+
+        return run_models(args)
     if args.command == "sessions":
         from app.cli.sessions import run_sessions
 

@@ -211,7 +211,7 @@ def job_id(text: str) -> int:
 
 
 def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> int:
-    from agents.backends import BackendError, default_model
+    from agents.backends import BackendError, default_model, model_or_default
     from agents.settings import data_dir
     from storage import JobKind
     from training.jobs import (
@@ -253,6 +253,8 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
             if options.labels_from is None:
                 check_enough_data(store, options.kind, options.since)
             options = replace(options, base_model=default_model(_stderr_line))
+        else:  # an offline model's name: its folder, converted first when needed
+            options = replace(options, base_model=model_or_default(named, _stderr_line))
         job = queue_job(store, options, data_dir=data_dir())
     except NotEnoughDataError as exc:
         return fail(f"too little data: {exc}", exit_codes.USAGE)
