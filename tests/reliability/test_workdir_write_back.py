@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import Kernel
+from agents.sandbox import Kernel, Limits
 from agents.sandbox.workdir import MAX_DEPTH
 from app import exit_codes
 from tests.agents.test_sandbox import (  # noqa: F401 (_bwrap_present: autouse)
@@ -95,19 +95,26 @@ def left_out(caplog: pytest.LogCaptureFixture) -> str:
     )
 
 
+def chain_then_close(
+    workdir: Path, limits: Limits, name: str, depth: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kernel makes a chain `depth` folders deep, then closes (its warnings captured)."""
+    kernel = Kernel(workdir, limits=limits)
+    try:
+        kernel.start()
+        make_chain(kernel, name, depth)
+    finally:
+        with caplog.at_level(logging.WARNING, logger="agents.workdir"):
+            kernel.close()
+
+
 def test_attack_a_folder_chain_past_path_max_for_the_write_back(
     workdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """20 folders of 250-byte names: 5,000 bytes of path, past the host's PATH_MAX."""
     mountable()
     name = "L" * 250
-    kernel = Kernel(workdir, limits=SMALL_WORKDIR)
-    try:
-        kernel.start()
-        make_chain(kernel, name, 20)
-    finally:
-        with caplog.at_level(logging.WARNING, logger="agents.workdir"):
-            kernel.close()
+    chain_then_close(workdir, SMALL_WORKDIR, name, 20, caplog)
     assert not mounted(workdir)
     assert (workdir / "kept.txt").read_text() == "kept"
     # the chain as far as the host can name it, the rest left out
@@ -130,13 +137,7 @@ def test_attack_a_folder_chain_1100_deep_for_the_write_back(
     mountable()
     limits = dataclasses.replace(SMALL_WORKDIR, workdir_files=10_000)
     for name in ("d", "e"):
-        kernel = Kernel(workdir, limits=limits)
-        try:
-            kernel.start()
-            make_chain(kernel, name, 1100)
-        finally:
-            with caplog.at_level(logging.WARNING, logger="agents.workdir"):
-                kernel.close()
+        chain_then_close(workdir, limits, name, 1100, caplog)
         assert not mounted(workdir)
         assert (workdir / "kept.txt").read_text() == "kept"
     assert levels(workdir, "d") == levels(workdir, "e") == (MAX_DEPTH, False)
