@@ -360,6 +360,23 @@ The task is checked by: {checks}.
 """'''
 
 
+#: The genesis of a session whose code blocks are scripts (`agents.forms`).
+GENESIS_SCRIPT_TEMPLATE = '''\
+"""agent-console session: {title}
+
+The task:
+{prompt}
+
+You work in ticks of blocks; the runtime writes each block's header and runs your code in
+a sandbox. An action block is either the whole new content of one file, its first line
+`# file: PATH`, or a Python script run with python3 in the work directory (what it prints
+is its result). An evaluation block is a Python script that exits with status 0 when the
+work is right. Start a script with a `#` comment naming what it does.
+The work directory is {workdir}; it holds: {files}.
+The task is checked by: {checks}.
+"""'''
+
+
 #: The node metadata key for how many characters of its body a block shows in the
 #: context (the runtime sets it on an operator's edit too long for a context; the store
 #: keeps the whole text, which is what ran). Stored, so re-rendering needs no rule.

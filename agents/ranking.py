@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents import blocks
+from agents import blocks, forms
 
 #: Answered examples the question follows, so the next token is a Yes or a No.
 CALIBRATION = "#q: Is Paris the capital of France? Yes.\n#q: Is seven an even number? No.\n"
@@ -52,7 +52,9 @@ def question_prompt(prompt: str, body: str, question: str) -> str:
     return f"{prompt}{body.rstrip()}\n{CALIBRATION}#q: {question}"
 
 
-def penalties(kind: str, body: str, earlier: Sequence[str]) -> dict[str, float]:
+def penalties(
+    kind: str, body: str, earlier: Sequence[str], form: str = forms.CALLBACK
+) -> dict[str, float]:
     """Penalty parts for one candidate: empty text, code that does not parse, a code
     block that registers nothing, a near-copy of an earlier block of the same kind."""
     parts: dict[str, float] = {}
@@ -60,9 +62,9 @@ def penalties(kind: str, body: str, earlier: Sequence[str]) -> dict[str, float]:
     if not text:
         return {"empty": EMPTY_PENALTY}
     if kind in blocks.CODE_KINDS:
-        if blocks.parse_error(body) is not None:
+        if forms.parse_error(kind, form, body) is not None:
             parts["syntax"] = SYNTAX_PENALTY
-        elif kind in REQUIRED_CALL and REQUIRED_CALL[kind] not in body:
+        elif kind in REQUIRED_CALL and not forms.registers(kind, form, body):
             parts["lint"] = LINT_PENALTY
     if is_copy(text, earlier):
         parts["repetition"] = REPEAT_PENALTY
@@ -156,11 +158,12 @@ def score_candidates(
     bodies: Sequence[str],
     log_odds: Sequence[float],
     earlier: Sequence[str],
+    form: str = forms.CALLBACK,
 ) -> list[Scored]:
     out = []
     for body, evaluator in zip(bodies, log_odds, strict=True):
         value = evaluator if math.isfinite(evaluator) else math.copysign(20.0, evaluator)
-        out.append(Scored(body, {"evaluator": value, **penalties(kind, body, earlier)}))
+        out.append(Scored(body, {"evaluator": value, **penalties(kind, body, earlier, form)}))
     return out
 
 

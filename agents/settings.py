@@ -101,6 +101,17 @@ class Settings(BaseModel):
     end marker), where the backend supports it (in process, with xgrammar). Unset: on for a
     real model."""
 
+    prompt: Literal["document", "chat"] | None = None
+    """How the trace is put to the model: the raw document (a base model continues it) or
+    the model's chat template (each block asked for in a user turn, written as the reply).
+    Unset: as the offline model's registry entry says, else the document."""
+
+    form: Literal["callback", "script"] | None = None
+    """How action and evaluation blocks are written: weave-agent's callbacks
+    (`self.add_action(title, fn)`), or scripts (a Python script run in the work directory,
+    or the whole new content of one file after a `# file: PATH` line; an evaluation script
+    passes by exiting 0). Unset: as the offline model's registry entry says, else callbacks."""
+
     temperature: float = Field(default=0.8, ge=0)
     """Sampling temperature for the model's blocks."""
 

@@ -58,6 +58,10 @@ class OfflineModel:
     sha256: str
     #: the optional-dependency extra of agent-console that installs it ("" for a dependency)
     extra: str = ""
+    #: how the agent puts the trace to it ("document" or "chat", `agents.prompting`) and
+    #: the form of code block it is asked for ("callback" or "script", `agents.forms`)
+    prompt: str = "document"
+    form: str = "callback"
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -139,6 +143,8 @@ QWEN_CODER_0_5B = OfflineModel(
     ),
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    prompt="chat",
+    form="script",
 )
 
 QWEN_CODER_1_5B = OfflineModel(
@@ -184,6 +190,8 @@ QWEN_CODER_1_5B = OfflineModel(
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     extra="coder-1-5b",
+    prompt="chat",
+    form="script",
 )
 
 #: Every model the project can have with no download, in the order `models` lists them.
@@ -201,3 +209,9 @@ def get(name: str) -> OfflineModel:
         return MODELS[name]
     except KeyError:
         raise KeyError(f"no offline model called {name!r} (known: {', '.join(MODELS)})") from None
+
+
+def for_model(model: str) -> OfflineModel | None:
+    """The entry a backend's model (a converted folder `.../<name>`, or the name) is."""
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    return MODELS.get(name)

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents import prompting
 from agents.approval import Aborted, Asker, Gate
 from agents.events import Listener, RuntimeEvent, StepWaiting
 from agents.memory import Memory
+from agents.prompting import Prompter
 from agents.runtime.context import ContextWindow
 from agents.runtime.options import RunOptions
 from agents.sandbox import Kernel
@@ -77,6 +79,12 @@ class RuntimeControl:
         #: the task's checks' own kernel, while they run
         self._checker: Kernel | None = None
         self._window = ContextWindow(backend, options.context_tokens)
+        #: how blocks and questions are put to the model (`agents.prompting`)
+        self.prompter = Prompter(
+            options.prompt,
+            options.form,
+            backend.render_chat if options.prompt == prompting.CHAT else None,
+        )
 
     # -- control (any thread) ------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import blocks, ranking
+from agents import blocks, forms, ranking
 from agents.approval import ApprovalRequest, Decision, Policy
 from agents.backends.base import ContextOverflowError
 from agents.events import ApprovalNeeded
@@ -83,7 +83,8 @@ class GateSteps(Sampling, KernelHost):
             attempts += 1
             missed = f"action #{chosen.id} failed: {last_line(result.error or 'no error text')}"
             self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
-            if attempts < self.options.attempts:
+            # A script's error is its own report: the model writes the next try after it.
+            if attempts < self.options.attempts and self.options.form == forms.CALLBACK:
                 self._generate(blocks.DEBUG, state.tick)
 
     def _ask(
@@ -181,13 +182,14 @@ class GateSteps(Sampling, KernelHost):
             meta[blocks.CONTEXT_CHARS_META] = OPERATOR_CONTEXT_CHARS
             shown = blocks.clip_body(text, OPERATOR_CONTEXT_CHARS)
         try:
-            log_odds = self.backend.score_yes_no([ranking.question_prompt(prefix, shown, question)])
+            log_odds = self.backend.score_yes_no([self.prompter.question(prefix, shown, question)])
         except ContextOverflowError:  # too long to ask about: stored unscored, never lost
             log_odds = [0.0]
-        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier)[0]
-        titles = blocks.registered_titles(text, "add_action")
-        if titles:
-            meta["title"] = titles[-1]
+        form = self.options.form
+        scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier, form)[0]
+        title = forms.title(blocks.ACTION, form, text)
+        if title:
+            meta["title"] = title
         node = self.store.add_node(
             self.session_id,
             NewNode.rewrite_of(

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agents import blocks
+from agents import blocks, forms
 from agents.approval import Aborted
 from agents.events import AgentMessage
 from agents.runtime.control import RuntimeControl
@@ -29,6 +29,11 @@ class KernelHost(RuntimeControl):
             workdir_bytes=self.options.workdir_bytes,
             workdir_files=self.options.workdir_files,
         )
+
+    @property
+    def _script_timeout(self) -> float:
+        """Seconds a script block may run: its callback's time, less a margin to report."""
+        return max(1.0, self.options.action_timeout - 2)
 
     def _start_kernel(self) -> None:
         self._kernel = Kernel(
@@ -77,6 +82,8 @@ class KernelHost(RuntimeControl):
     def _restore_kernel(self) -> None:
         """Re-run what later ticks rely on: the observation views the path set up."""
         assert self._kernel is not None
+        if self.options.form == forms.SCRIPT:
+            self._kernel.exec_block(forms.FILES_VIEW, name="the work directory view")
         for node in self.path:
             if node.kind == blocks.OBSERVATION_INFERENCE and node.status is NodeStatus.EXECUTED:
                 self._kernel.exec_block(node.text, name="observation-inference (restored)")
@@ -131,7 +138,8 @@ class KernelHost(RuntimeControl):
 
         def call(kernel: Kernel) -> CallResult:
             kernel.clear("action")
-            defined = kernel.exec_block(node.text, name=f"action {node.meta.get('index', '')}")
+            code = forms.kernel_code(blocks.ACTION, self.options.form, node.text, self._script_timeout)
+            defined = kernel.exec_block(code, name=f"action {node.meta.get('index', '')}")
             if not defined.ok:
                 return defined
             titles = defined.registered.get("action", [])

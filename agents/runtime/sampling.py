@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents import blocks, ranking
+from agents import blocks, forms, prompting, ranking
 from agents.events import BlockSampled, RuntimeEvent, SamplingProgress
 from agents.grammar import block_grammar
 from agents.runtime.context import Truncated, earlier_texts
@@ -33,14 +33,17 @@ class Sampling(Recording):
         self._checkpoint()
         header = self._header(kind, tick)
         question = blocks.QUESTIONS[kind]
+        prompter = self.prompter
+        form = self.options.form
         # the longest prompt built on this context: the header, a whole block, a question
-        asked = ranking.question_prompt(header.text(), "", question)
+        asked = ranking.question_prompt(header.text(), "", question) + prompter.overhead
         context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)
         prefix = context + header.text()
+        prompt = prompter.block(context, header.text(), kind, self.path)
         earlier = earlier_texts(self.path)
         features = self.backend.features
         grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
-        if "grammar" not in features:
+        if "grammar" not in features or (form == forms.SCRIPT and kind in forms.SCRIPT_KINDS):
             grammar = None
         sampled: list[tuple[Any, int]] = []
         scored: list[ranking.Scored] = []
@@ -50,10 +53,10 @@ class Sampling(Recording):
         def draw(round_no: int, no_repeat: int = 0) -> None:
             stream = SampleStream(self._emit, self.session_id, kind, tick, rounds[round_no])
             candidates = self.backend.generate(
-                prefix,
+                prompt,
                 n=rounds[round_no],
                 max_tokens=self.options.block_tokens,
-                stop=blocks.STOP,
+                stop=prompter.stop,
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
                 grammar=grammar,
@@ -62,7 +65,7 @@ class Sampling(Recording):
             )
             stream.done(candidates)
             self.tokens += sum(len(c.token_ids) for c in candidates)
-            bodies = [c.text.rstrip() for c in candidates]
+            bodies = [prompter.body(kind, c.text) for c in candidates]
             # Scored as at most `block_tokens` tokens, the room `fit` left for a block:
             # bytes that are no UTF-8 come back as replacement characters, which can take
             # more tokens than were sampled. The stored block is whole.
@@ -70,9 +73,9 @@ class Sampling(Recording):
                 blocks.head_within(b, self.options.block_tokens, self._window.tokens_in)
                 for b in bodies
             ]
-            prompts = [ranking.question_prompt(prefix, s, question) for s in shown]
+            prompts = [prompter.question(prefix, s, question) for s in shown]
             log_odds = self.backend.score_yes_no(prompts)
-            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier))
+            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form))
             sampled.extend((c, round_no) for c in candidates)
 
         for round_no in range(len(rounds)):
@@ -91,16 +94,17 @@ class Sampling(Recording):
                 draw(no_repeat_round, NO_REPEAT_TOKENS)
         best = ranking.pick(scored, self.options.pick, self._rng)
         digest = blocks.prompt_hash(prefix)
+        exact = prompter.style == prompting.DOCUMENT
         parent = self.path[-1]
         new_nodes = []
         for i, ((candidate, round_no), score) in enumerate(zip(sampled, scored, strict=True)):
             meta: dict[str, Any] = {**header.meta(), "q": question, "collapsed": collapsed}
+            meta.update(prompter.meta())
             if score.copy:  # chosen only when every candidate of every round was one
                 meta["copy"] = True
-            for method in ("add_action", "add_evaluation"):
-                titles = blocks.registered_titles(score.body, method)
-                if titles:
-                    meta["title"] = titles[-1]
+            title = forms.title(kind, form, score.body)
+            if title:
+                meta["title"] = title
             new_nodes.append(
                 NewNode(
                     kind=kind,
@@ -111,8 +115,10 @@ class Sampling(Recording):
                     status=NodeStatus.CHOSEN if i == best else NodeStatus.ALTERNATE,
                     score=score.score,
                     score_parts=score.parts,
-                    token_ids=candidate.token_ids,
-                    logprobs=candidate.logprobs,
+                    # the sampled tokens continue the document; a chat reply's continue
+                    # the chat prompt (training tokenizes its body instead)
+                    token_ids=candidate.token_ids if exact else None,
+                    logprobs=candidate.logprobs if exact else None,
                     sampling={
                         "temperature": self.options.temperature,
                         "max_tokens": self.options.block_tokens,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import queue
 from functools import partial
 
-from agents import blocks, ranking
-from agents.blocks import GENESIS_TEMPLATE
+from agents import blocks, forms, prompting, ranking
+from agents.blocks import GENESIS_SCRIPT_TEMPLATE, GENESIS_TEMPLATE
 from agents.example import CURRENT as EXAMPLE_VERSION
 from agents.example import EXAMPLE_META
 from agents.runtime.gate import GateSteps, TickState
@@ -39,7 +39,8 @@ class TickSteps(GateSteps, MemoryRecall):
         self._recall(tick)
         self._generate(blocks.ORIENTATION, tick)
         self._act(state)
-        self._option(tick)
+        if self.options.form == forms.CALLBACK:  # observation views are callbacks
+            self._option(tick)
         self._evaluate(state)
         self._outcome(state)
 
@@ -48,14 +49,17 @@ class TickSteps(GateSteps, MemoryRecall):
         listing = ", ".join(files) if files else "(empty)"
         kernel = self._kernel
         inside = kernel.workdir_inside if kernel is not None else str(self.workdir)
-        text = GENESIS_TEMPLATE.format(
+        template = GENESIS_SCRIPT_TEMPLATE if self.options.form == forms.SCRIPT else GENESIS_TEMPLATE
+        text = template.format(
             title=self.task.title,
             prompt=self.task.prompt.strip(),
             workdir=inside,
             files=listing,
             checks=", ".join(self.task.check_names) or "(none: the operator judges)",
         )
-        extra = {EXAMPLE_META: EXAMPLE_VERSION} if self.options.example else {}
+        # the example tick is written in callback form
+        example = self.options.example and self.options.form == forms.CALLBACK
+        extra = {EXAMPLE_META: EXAMPLE_VERSION} if example else {}
         self._runtime_block(blocks.GENESIS, text, 0, meta=extra)
 
     def _observe(self, tick: int) -> None:
@@ -82,8 +86,12 @@ class TickSteps(GateSteps, MemoryRecall):
         thinks so, it writes an observation-inference block."""
         header = self._header(blocks.OPTION, tick)
         asked = f"{ranking.CALIBRATION}#q: {blocks.OPTION_QUESTION}"
-        context, collapsed = self._window.fit(self.path, asked, 0)
-        prompt = context + asked
+        context, collapsed = self._window.fit(self.path, asked + self.prompter.overhead, 0)
+        prompt = (
+            context + asked
+            if self.prompter.style == prompting.DOCUMENT
+            else self.prompter.question(context, "", blocks.OPTION_QUESTION)
+        )
         log_odds = finite(self.backend.score_yes_no([prompt])[0])
         answer = "Yes." if log_odds > 0 else "No."
         self._store_block(
@@ -113,7 +121,10 @@ class TickSteps(GateSteps, MemoryRecall):
 
         def define(kernel: Kernel) -> CallResult:
             kernel.clear("evaluation")
-            return kernel.exec_block(node.text, name="evaluation")
+            code = forms.kernel_code(
+                blocks.EVALUATION, self.options.form, node.text, self._script_timeout
+            )
+            return kernel.exec_block(code, name="evaluation")
 
         result = self._kernel_call(define)
         self._heard(result)
@@ -153,8 +164,9 @@ class TickSteps(GateSteps, MemoryRecall):
         header = self._header(blocks.OUTCOME, state.tick)
         table = blocks.outcome_table(rows)
         asked = ranking.question_prompt(header.text(), table, blocks.OUTCOME_QUESTION)
-        context, collapsed = self._window.fit(self.path, asked, 0)
-        log_odds = finite(self.backend.score_yes_no([context + asked])[0])
+        context, collapsed = self._window.fit(self.path, asked + self.prompter.overhead, 0)
+        question = self.prompter.question(context + header.text(), table, blocks.OUTCOME_QUESTION)
+        log_odds = finite(self.backend.score_yes_no([question])[0])
         node = self._store_block(
             NewNode(
                 kind=blocks.OUTCOME,

@@ -227,6 +227,8 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--block-tokens", int, "N", "most tokens one block may take (256 on a CPU, else 512)"),
     ("--example", str, "on|off", "a worked example tick before the session (on, real models)"),
     ("--constrain", str, "on|off", "grammar-constrained code blocks (on, real models)"),
+    ("--prompt", str, "document|chat", "how the trace is put to the model (by model)"),
+    ("--form", str, "callback|script", "how action and evaluation blocks are written (by model)"),
     ("--context-tokens", int, "N", "most tokens of context per prompt (0: the model's)"),
     ("--max-ticks", int, "N", "ticks before the session ends truncated (20)"),
     ("--attempts", int, "N", "tries an action gets in a tick (3)"),

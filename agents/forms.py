@@ -1,0 +1,177 @@
+"""How a code block is written: the forms the model may be asked for, and what the kernel
+runs for each.
+
+- `callback` (weave-agent's): the block defines a function of the agent and registers it,
+  `self.add_action(title, fn)` or `self.add_evaluation(title, fn)`; the kernel runs the
+  block, then calls the function.
+- `script`: what a small coder already writes. An action block is either a Python
+  script, run as `python3` in the work directory (what it prints is its result; a
+  non-zero exit status fails it), or the whole new content of one file, its first line
+  `# file: PATH` (the runtime writes the file). An evaluation block is a Python script
+  that checks the work: exit status 0 passes. A first comment line names the block.
+
+Either way the block's text is stored as the model wrote it; `kernel_code` turns a
+script-form block into the callback the kernel runs, so the sandbox, the approval gate and
+the trace are the same for both. A fenced block (```python ... ```), as chat models write
+them, runs what is inside the fence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from agents import blocks
+
+CALLBACK = "callback"
+SCRIPT = "script"
+FORMS = (CALLBACK, SCRIPT)
+
+#: The kinds whose code the script form changes (observation views stay callbacks).
+SCRIPT_KINDS = frozenset({blocks.ACTION, blocks.EVALUATION})
+
+_FILE_LINE = re.compile(r"^#\s*file:\s*(\S+)\s*$")
+_FENCE = re.compile(r"^```[\w+-]*\s*$")
+#: A script's title: its first comment line, cut to this many characters.
+TITLE_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A script-form block read: its title, the file it writes (a file block) or None
+    (a script), and the code or the file's content."""
+
+    title: str
+    path: str | None
+    text: str
+
+
+def unfenced(body: str) -> str:
+    """The body without a Markdown fence around it: the first fenced part when there is
+    one (prose before or after it dropped), else the body itself."""
+    lines = body.strip("\n").splitlines()
+    starts = [i for i, line in enumerate(lines) if _FENCE.match(line.strip())]
+    if not starts:
+        return body.strip("\n")
+    first = starts[0]
+    rest = [i for i in starts if i > first]
+    end = rest[0] if rest else len(lines)
+    # a comment line right before the fence (a `# file:` line or a title) belongs to it
+    head = []
+    if first > 0 and lines[first - 1].lstrip().startswith("#"):
+        head = [lines[first - 1].strip()]
+    return "\n".join(head + lines[first + 1 : end])
+
+
+def read_script(kind: str, body: str) -> Script:
+    """A script-form block of `kind`, read."""
+    text = unfenced(body)
+    lines = text.splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if kind == blocks.ACTION and lines and (match := _FILE_LINE.match(lines[0].strip())):
+        path = match[1]
+        content = "\n".join(unfenced("\n".join(lines[1:])).splitlines())
+        return Script(f"Write {path}", path, content + "\n" if content else "")
+    title = ""
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#!"):
+            continue
+        if stripped.startswith("#"):
+            title = stripped.lstrip("#").strip()
+        break
+    title = title[:TITLE_CHARS] or ("the script" if kind == blocks.ACTION else "the check script")
+    return Script(title, None, "\n".join(lines) + "\n" if lines else "")
+
+
+def title(kind: str, form: str, body: str) -> str | None:
+    """The title the block registers (for summaries and the panel), if it shows one."""
+    if form == SCRIPT and kind in SCRIPT_KINDS:
+        return read_script(kind, body).title
+    method = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}.get(kind)
+    titles = blocks.registered_titles(body, method) if method else []
+    return titles[-1] if titles else None
+
+
+def parse_error(kind: str, form: str, body: str) -> str | None:
+    """None when the block's code parses (a file block's content is not code unless the
+    file is a Python file), else the error in one line."""
+    if form == SCRIPT and kind in SCRIPT_KINDS:
+        script = read_script(kind, body)
+        if script.path is not None and not script.path.endswith(".py"):
+            return None
+        return blocks.parse_error(script.text)
+    return blocks.parse_error(body)
+
+
+def registers(kind: str, form: str, body: str) -> bool:
+    """Whether a code block does what its kind must (a callback block calls its
+    registration method; a script block always does)."""
+    if form == SCRIPT and kind in SCRIPT_KINDS:
+        return bool(read_script(kind, body).text.strip())
+    method = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}.get(kind)
+    return method is None or method in body
+
+
+def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
+    """The code the kernel runs for a block: the block itself (callback form), or a
+    callback that runs the script (`timeout` seconds at most) or writes the file."""
+    if form != SCRIPT or kind not in SCRIPT_KINDS:
+        return body
+    script = read_script(kind, body)
+    method = "add_action" if kind == blocks.ACTION else "add_evaluation"
+    if script.path is not None:
+        return (
+            f"def _write_file(subagent, _path={script.path!r}, _text={script.text!r}):\n"
+            "    subagent.write_file(_path, _text)\n"
+            "    return f'wrote {_path} ({len(_text.splitlines())} lines)'\n"
+            f"self.{method}({script.title!r}, _write_file)\n"
+        )
+    verdict = (
+        "    if done['returncode'] != 0:\n"
+        "        raise RuntimeError(f\"the script exited with status {done['returncode']}\"\n"
+        "                           + (':\\n' + done['stderr'] if done['stderr'] else ''))\n"
+        "    print(done['stderr'], end='', file=sys.stderr)\n"
+        "    return done['stdout'] or '(the script printed nothing)'\n"
+        if kind == blocks.ACTION
+        else "    print(done['stdout'], end='')\n"
+        "    print(done['stderr'], end='', file=sys.stderr)\n"
+        "    return done['returncode'] == 0\n"
+    )
+    return (
+        f"def _script(subagent, _code={script.text!r}):\n"
+        "    import sys\n"
+        f"    done = subagent.run([sys.executable, '-c', _code], timeout={timeout!r})\n"
+        f"{verdict}"
+        f"self.{method}({script.title!r}, _script)\n"
+    )
+
+
+#: The observation view a session of script blocks starts with: the work directory's
+#: files and the text of each (cut), so the model sees what it is to change.
+FILES_VIEW = '''
+def _work_directory(subagent, _total=3000, _each=1200):
+    import os
+    root = subagent.workdir
+    shown, size = [], 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            path = os.path.relpath(os.path.join(folder, name), root)
+            if len(shown) >= 40:
+                shown.append("[more files not shown]")
+                return "\\n".join(shown)
+            try:
+                text = subagent.read_file(path)
+            except (OSError, ValueError):
+                text = "[not readable]"
+            if len(text) > _each:
+                text = text[:_each] + f"\\n[... {len(text) - _each} more characters]"
+            if size + len(text) > _total:
+                text = "[text not shown: the view is full]"
+            size += len(text)
+            shown.append(f"--- {path}\\n{text.rstrip()}")
+    return "\\n".join(shown) or "(the work directory is empty)"
+self.add_observation_view("Work directory", _work_directory)
+'''

@@ -1,0 +1,180 @@
+"""Script-form blocks and chat prompts: what the kernel runs for a script or a whole file
+(the real sandbox), what a chat model is asked (the tiny model's real chat template), and
+a whole session in that form on the tiny model with the operator's script as the action."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents import blocks, forms, prompting
+from agents.approval import Decision
+from agents.sandbox import Kernel, Limits
+from storage import Author, NodeStatus, SessionStatus, TraceStore
+from tests.support.runs import make_runtime
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = Limits(wall_seconds=10, cpu_seconds=10)
+
+FENCED = """Here is the script:
+```python
+# Count the rows of data.csv
+rows = open("data.csv").read().splitlines()[1:]
+print(len(rows))
+open("count.txt", "w").write(str(len(rows)))
+```
+It prints the count."""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "data.csv").write_text("name\nAna\nBen\nCleo\n")
+    with Kernel(workdir, limits=FAST) as opened:
+        yield opened
+
+
+def run_action(kernel: Kernel, body: str):  # noqa: ANN201 - a CallResult
+    kernel.clear("action")
+    code = forms.kernel_code(blocks.ACTION, forms.SCRIPT, body, timeout=5)
+    defined = kernel.exec_block(code, name="action")
+    assert defined.ok, defined.error
+    (title,) = defined.registered["action"]
+    return title, kernel.call_action(title)
+
+
+def test_a_fenced_script_runs_in_the_work_directory(kernel: Kernel) -> None:
+    script = forms.read_script(blocks.ACTION, FENCED)
+    assert script.path is None and script.title == "Count the rows of data.csv"
+    assert "It prints" not in script.text and "```" not in script.text
+    title, result = run_action(kernel, FENCED)
+    assert title == "Count the rows of data.csv"
+    assert result.ok and result.value == "3\n"
+    assert (kernel.workdir / "count.txt").read_text() == "3"
+
+
+def test_a_failing_script_fails_the_action_with_its_traceback(kernel: Kernel) -> None:
+    _, result = run_action(kernel, "# Read a missing file\nopen('missing.txt').read()\n")
+    assert not result.ok
+    assert "exited with status 1" in (result.error or "")
+    assert "FileNotFoundError" in (result.error or "")
+
+
+def test_a_file_block_writes_the_whole_file(kernel: Kernel) -> None:
+    body = "# file: pkg/solution.py\n```python\ndef add(a, b):\n    return a + b\n```"
+    script = forms.read_script(blocks.ACTION, body)
+    assert (script.path, script.title) == ("pkg/solution.py", "Write pkg/solution.py")
+    assert forms.parse_error(blocks.ACTION, forms.SCRIPT, body) is None
+    _, result = run_action(kernel, body)
+    assert result.ok, result.error
+    assert (kernel.workdir / "pkg/solution.py").read_text() == "def add(a, b):\n    return a + b\n"
+    # a Python file that does not parse is code that does not parse
+    broken = "# file: x.py\ndef add(a, b:\n"
+    assert forms.parse_error(blocks.ACTION, forms.SCRIPT, broken) is not None
+    # any other file is text
+    assert forms.parse_error(blocks.ACTION, forms.SCRIPT, "# file: notes.md\n(( not code") is None
+
+
+@pytest.mark.parametrize(("code", "passes"), [("assert 2 + 2 == 4", True), ("assert 2 == 3", False)])
+def test_an_evaluation_script_passes_by_its_exit_status(
+    kernel: Kernel, code: str, passes: bool
+) -> None:
+    body = f"# Arithmetic holds\n{code}\n"
+    defined = kernel.exec_block(
+        forms.kernel_code(blocks.EVALUATION, forms.SCRIPT, body, timeout=5), name="evaluation"
+    )
+    assert defined.registered["evaluation"] == ["Arithmetic holds"]
+    result = kernel.call_evaluation("Arithmetic holds")
+    assert result.ok and result.value is passes
+
+
+def test_callback_blocks_run_as_written() -> None:
+    body = 'def f(subagent):\n    return 1\nself.add_action("One", f)'
+    assert forms.kernel_code(blocks.ACTION, forms.CALLBACK, body, timeout=5) == body
+    assert forms.title(blocks.ACTION, forms.CALLBACK, body) == "One"
+    assert not forms.registers(blocks.ACTION, forms.CALLBACK, "x = 1")
+    assert forms.registers(blocks.ACTION, forms.SCRIPT, "print(1)")
+
+
+def test_a_chat_reply_loses_copied_headers_and_a_prose_fence() -> None:
+    reply = "```\n#startblock type: orientation\n#index 5\nThe task asks for a count.\n```"
+    assert prompting.clean(blocks.ORIENTATION, reply) == "The task asks for a count."
+    # a code block keeps its fence (the form reads inside it)
+    code = "```python\n#startblock type: action\nprint(1)\n```"
+    assert prompting.clean(blocks.ACTION, code) == "```python\nprint(1)\n```"
+
+
+def test_the_document_style_is_the_document(backend: object) -> None:
+    prompter = prompting.Prompter(prompting.DOCUMENT, forms.CALLBACK)
+    assert prompter.block("CONTEXT", "#startblock type: action\n", blocks.ACTION) == (
+        "CONTEXT#startblock type: action\n"
+    )
+    assert prompter.stop == blocks.STOP
+    assert prompter.meta() == {}
+
+
+def test_the_chat_style_asks_for_the_block_through_the_template(backend: object) -> None:
+    prompter = prompting.Prompter(prompting.CHAT, forms.SCRIPT, backend.render_chat)  # type: ignore[attr-defined]
+    prompt = prompter.block("THE TRACE\n", "#startblock type: action\n", blocks.ACTION)
+    assert prompt.startswith("<|im_start|>system\n")
+    assert "THE TRACE" in prompt and "`# file: PATH`" in prompt
+    assert prompt.rstrip().endswith("<|im_start|>assistant")
+    assert "#startblock type: action" not in prompt  # the reply is the body
+    assert prompter.meta() == {"prompt": "chat", "form": "script"}
+    question = prompter.question("THE TRACE\n#startblock type: action\n", "print(1)", "Good?")
+    assert "print(1)\n#endblock\n\nGood? Answer Yes or No." in question
+    with pytest.raises(ValueError, match="chat template"):
+        prompting.Prompter(prompting.CHAT, forms.SCRIPT)
+
+
+SCRIPT_SOLVE = "# Write the answer\nopen('answer.txt', 'w').write('42\\n')\nprint('wrote 42')\n"
+
+
+def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_path: Path) -> None:
+    """The tiny model's action fails as a script, the error is the report (no debug block),
+    the retry repeats the error in the ask; the operator's script then solves the task."""
+    failing = "# Read a missing file\nopen('missing.txt').read()\n"
+    prompts: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> object:
+            return getattr(backend, name)
+
+        def generate(self, prompt: str, **kwargs: object) -> object:
+            prompts.append(prompt)
+            return backend.generate(prompt, **kwargs)  # type: ignore[attr-defined]
+
+    with TraceStore(tmp_path / "traces.db") as store:
+        runtime, _ = make_runtime(
+            store,
+            Recording(),
+            tmp_path,
+            [lambda r: Decision.edit(failing), lambda r: Decision.edit(SCRIPT_SOLVE)],
+            prompt="chat",
+            form="script",
+        )
+        outcome = runtime.run()
+        assert outcome.status is SessionStatus.COMPLETED, outcome
+        assert (runtime.workdir / "answer.txt").read_text() == "42\n"
+        path = store.path(store.tree(outcome.session_id)[-1].id)
+        kinds = [n.kind for n in path]
+        assert "`# file: PATH`" in path[0].text  # the genesis says the script form
+        view = next(n for n in path if n.kind == blocks.OBSERVATION)
+        assert "--- question.txt\nWhat is six times seven?" in view.text
+        assert blocks.DEBUG not in kinds and blocks.OPTION not in kinds
+        error = kinds.index(blocks.ERROR)
+        assert kinds[error + 1] == blocks.ACTION
+        model = [n for n in store.tree(outcome.session_id) if n.author is Author.MODEL]
+        assert all(n.meta.get("prompt") == "chat" and n.meta.get("form") == "script" for n in model)
+        assert all(n.token_ids is None for n in model)
+        ran = [n for n in path if n.kind == blocks.ACTION]
+        assert [n.status for n in ran] == [NodeStatus.FAILED, NodeStatus.EXECUTED]
+        assert ran[-1].meta["title"] == "Write the answer"
+    # the action after the failure was asked for with the error said again
+    retry = [p for p in prompts if "The last action failed:" in p]
+    assert retry and "FileNotFoundError" in retry[0]
+    assert all(p.startswith("<|im_start|>system") for p in prompts)
