@@ -150,7 +150,7 @@ def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
 
 #: The observation view a session of script blocks starts with: the work directory's
 #: files and the text of each (cut), so the model sees what it is to change.
-FILES_VIEW = '''
+FILES_VIEW = """
 def _work_directory(subagent, _total=3000, _each=1200):
     import os
     root = subagent.workdir
@@ -174,4 +174,4 @@ def _work_directory(subagent, _total=3000, _each=1200):
             shown.append(f"--- {path}\\n{text.rstrip()}")
     return "\\n".join(shown) or "(the work directory is empty)"
 self.add_observation_view("Work directory", _work_directory)
-'''
+"""

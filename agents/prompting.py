@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agents import blocks, forms, ranking
@@ -54,8 +54,7 @@ _ASK = {
         "approach is not working and what to try instead."
     ),
 }
-#: Said after every ask: the runtime writes the block's header and end.
-_BODY_ONLY = " Reply with the block's body only: no #startblock header, no #endblock."
+
 _ASK_CODE = {
     forms.CALLBACK: {
         blocks.ACTION: (
@@ -100,7 +99,7 @@ _ASK_CODE = {
 def ask(kind: str, form: str) -> str:
     """What the user turn asks for: the next block's kind and what it is for."""
     text = _ASK_CODE.get(form, _ASK_CODE[forms.CALLBACK]).get(kind) or _ASK.get(kind)
-    return (text or f"Write the {kind} block.") + _BODY_ONLY
+    return text or f"Write the {kind} block."
 
 
 _HEADER_LINE = re.compile(r"^\s*#(startblock|endblock|index|timestamp|tick|block_size|q:)\b")
@@ -116,45 +115,72 @@ def clean(kind: str, text: str) -> str:
     return "\n".join(lines).strip("\n")
 
 
-#: The most characters of the last error the ask repeats.
-ERROR_CHARS = 800
-#: Room kept for the task said again (a reminder is at most 600 characters and its title).
-REMINDER_ROOM = 760
+Messages = list[dict[str, str]]
 
 
-def chat_messages(
-    document: str, kind: str, form: str, task: str = "", error: str = ""
-) -> list[dict[str, str]]:
-    """The turns a block of `kind` is asked for with, after the trace `document`; the
-    task said again right before the ask, and the last error when the block follows one
-    (a small model reads the end of its prompt best)."""
-    parts = [document.rstrip()]
-    if task:
-        parts.append(f"Your task: {task.strip()}")
-    if error:
-        tail = error.strip()[-ERROR_CHARS:]
-        parts.append(f"The last action failed:\n{tail}\nDo not repeat it: fix the cause.")
-    parts.append(ask(kind, form))
-    return [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": "\n\n".join(parts)},
-    ]
+def _runtime_turn(node: Node) -> str:
+    """A block the runtime wrote, as the user turn says it."""
+    text = node.text
+    limit = node.meta.get(blocks.CONTEXT_CHARS_META)
+    if isinstance(limit, int) and len(text) > limit:
+        text = blocks.clip_body(text, limit)
+    if node.kind == blocks.OBSERVATION:
+        return f"Observation ({node.meta.get('title') or 'untitled'}):\n{text}"
+    if node.kind == blocks.ERROR:
+        return f"The action failed:\n{text.strip()[-ERROR_CHARS:]}"
+    if node.kind == blocks.OUTCOME:
+        return f"The outcome of tick {node.tick}:\n{text}"
+    if node.kind == blocks.OPTION:
+        return f"Do the observation views need to change? {text}"
+    return text
 
 
-def situation(path: Sequence[Node]) -> tuple[str, str]:
-    """(the task as last reminded, the error the path ends on, if it does): what the ask
-    repeats, read from the trace so that a prompt re-renders from it."""
-    task = next((n.text for n in reversed(path) if n.kind == blocks.TASK_REMINDER), "")
-    error = path[-1].text if path and path[-1].kind == blocks.ERROR else ""
-    return task, error
+#: The most characters of an error a turn shows (its end: the traceback's last lines).
+ERROR_CHARS = 1500
 
 
-def question_messages(document: str, body: str, question: str) -> list[dict[str, str]]:
-    """The turns a yes/no question about a block (`document` ends with its header) is
-    asked with."""
-    block = f"{body.rstrip()}\n{blocks.END_MARKER}\n" if body.strip() else ""
-    text = f"{document}{block}\n{question} Answer Yes or No."
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Messages:
+    """The session so far as chat turns: the system turn (what the agent is, the genesis),
+    then for every block the model wrote, a user turn with what the runtime reported
+    before it and what the block is for, and the block as the assistant's reply. The
+    runtime's blocks after the last reply are returned as a final user turn still open
+    (its content ends where the next ask goes)."""
+    if not path:
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ""}]
+    messages: Messages = [{"role": "system", "content": f"{SYSTEM}\n\n{path[0].text}"}]
+    pending: list[str] = []
+    folded = set(collapsed)
+    for tick, nodes in blocks.group_ticks(path[1:]):
+        if tick in folded:
+            pending.append(blocks.tick_summary(tick, nodes).strip())
+            continue
+        for node in nodes:
+            if node.kind in blocks.MODEL_KINDS:
+                pending.append(ask(node.kind, form))
+                messages.append({"role": "user", "content": "\n\n".join(pending)})
+                messages.append({"role": "assistant", "content": node.text})
+                pending = []
+            else:
+                pending.append(_runtime_turn(node))
+    messages.append({"role": "user", "content": "\n\n".join(pending)})
+    return messages
+
+
+def _asking(messages: Messages, text: str) -> Messages:
+    """`messages` with `text` added to the open user turn."""
+    last = messages[-1]
+    content = f"{last['content']}\n\n{text}" if last["content"] else text
+    return [*messages[:-1], {"role": "user", "content": content}]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    """A runtime block not yet stored, as a question about it shows it."""
+
+    kind: str
+    text: str
+    tick: int
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,21 +201,50 @@ class Prompter:
         if self.style == CHAT and self.render_chat is None:
             raise ValueError("the chat style needs the model's chat template")
 
-    def block(self, context: str, header: str, kind: str, path: Sequence[Node] = ()) -> str:
+    def block(
+        self,
+        context: str,
+        header: str,
+        kind: str,
+        path: Sequence[Node] = (),
+        collapsed: Sequence[int] = (),
+    ) -> str:
         """The prompt a block of `kind` is sampled after `path`: the document (the context
-        and the block's forced header), or the chat turns asking for the block."""
+        with `collapsed` ticks folded, and the block's forced header), or the chat turns
+        ending with the ask for the block."""
         if self.style == DOCUMENT:
             return context + header
         assert self.render_chat is not None
-        task, error = situation(path)
-        return self.render_chat(chat_messages(context, kind, self.form, task, error))
+        turns = chat_turns(path, collapsed, self.form)
+        return self.render_chat(_asking(turns, ask(kind, self.form)))
 
-    def question(self, document: str, body: str, question: str) -> str:
-        """The prompt the yes/no `question` about a block is scored after."""
+    def question(
+        self,
+        document: str,
+        body: str,
+        question: str,
+        kind: str = "",
+        path: Sequence[Node] = (),
+        collapsed: Sequence[int] = (),
+    ) -> str:
+        """The prompt the yes/no `question` about a block of `kind` is scored after: the
+        document and the block with its `#q:` line, or the chat turns with the block as
+        the reply (the runtime's block: in the user turn) and the question after it."""
         if self.style == DOCUMENT:
             return ranking.question_prompt(document, body, question)
         assert self.render_chat is not None
-        return self.render_chat(question_messages(document, body, question))
+        turns = chat_turns(path, collapsed, self.form)
+        asked = f"{question} Answer Yes or No."
+        if kind in blocks.MODEL_KINDS:
+            turns = _asking(turns, ask(kind, self.form))
+            turns += [
+                {"role": "assistant", "content": body},
+                {"role": "user", "content": asked},
+            ]
+        else:
+            shown = _runtime_turn(_Shown(kind, body, path[-1].tick if path else 0))
+            turns = _asking(turns, f"{shown}\n\n{asked}" if body else asked)
+        return self.render_chat(turns)
 
     @property
     def stop(self) -> tuple[str, ...]:
@@ -218,5 +273,5 @@ class Prompter:
         keeps room for it)."""
         if self.style == DOCUMENT:
             return ""
-        longest = max((ask(k, self.form) for k in blocks.MODEL_KINDS), key=len)
-        return SYSTEM + longest + " " * (ERROR_CHARS + REMINDER_ROOM)
+        asks = [ask(k, self.form) for k in blocks.MODEL_KINDS]
+        return SYSTEM + max(asks, key=len) + " " * 64

@@ -182,7 +182,12 @@ class GateSteps(Sampling, KernelHost):
             meta[blocks.CONTEXT_CHARS_META] = OPERATOR_CONTEXT_CHARS
             shown = blocks.clip_body(text, OPERATOR_CONTEXT_CHARS)
         try:
-            log_odds = self.backend.score_yes_no([self.prompter.question(prefix, shown, question)])
+            parents = self.path[: self.path.index(action)] if action in self.path else self.path
+            collapsed = action.meta.get("collapsed", ())
+            asked = self.prompter.question(
+                prefix, shown, question, blocks.ACTION, parents, collapsed
+            )
+            log_odds = self.backend.score_yes_no([asked])
         except ContextOverflowError:  # too long to ask about: stored unscored, never lost
             log_odds = [0.0]
         form = self.options.form

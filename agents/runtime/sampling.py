@@ -39,7 +39,7 @@ class Sampling(Recording):
         asked = ranking.question_prompt(header.text(), "", question) + prompter.overhead
         context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)
         prefix = context + header.text()
-        prompt = prompter.block(context, header.text(), kind, self.path)
+        prompt = prompter.block(context, header.text(), kind, self.path, collapsed)
         earlier = earlier_texts(self.path)
         features = self.backend.features
         grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
@@ -73,7 +73,9 @@ class Sampling(Recording):
                 blocks.head_within(b, self.options.block_tokens, self._window.tokens_in)
                 for b in bodies
             ]
-            prompts = [prompter.question(prefix, s, question) for s in shown]
+            prompts = [
+                prompter.question(prefix, s, question, kind, self.path, collapsed) for s in shown
+            ]
             log_odds = self.backend.score_yes_no(prompts)
             scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form))
             sampled.extend((c, round_no) for c in candidates)

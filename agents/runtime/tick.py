@@ -49,7 +49,9 @@ class TickSteps(GateSteps, MemoryRecall):
         listing = ", ".join(files) if files else "(empty)"
         kernel = self._kernel
         inside = kernel.workdir_inside if kernel is not None else str(self.workdir)
-        template = GENESIS_SCRIPT_TEMPLATE if self.options.form == forms.SCRIPT else GENESIS_TEMPLATE
+        template = (
+            GENESIS_SCRIPT_TEMPLATE if self.options.form == forms.SCRIPT else GENESIS_TEMPLATE
+        )
         text = template.format(
             title=self.task.title,
             prompt=self.task.prompt.strip(),
@@ -90,7 +92,9 @@ class TickSteps(GateSteps, MemoryRecall):
         prompt = (
             context + asked
             if self.prompter.style == prompting.DOCUMENT
-            else self.prompter.question(context, "", blocks.OPTION_QUESTION)
+            else self.prompter.question(
+                context, "", blocks.OPTION_QUESTION, blocks.OPTION, self.path, collapsed
+            )
         )
         log_odds = finite(self.backend.score_yes_no([prompt])[0])
         answer = "Yes." if log_odds > 0 else "No."
@@ -165,7 +169,14 @@ class TickSteps(GateSteps, MemoryRecall):
         table = blocks.outcome_table(rows)
         asked = ranking.question_prompt(header.text(), table, blocks.OUTCOME_QUESTION)
         context, collapsed = self._window.fit(self.path, asked + self.prompter.overhead, 0)
-        question = self.prompter.question(context + header.text(), table, blocks.OUTCOME_QUESTION)
+        question = self.prompter.question(
+            context + header.text(),
+            table,
+            blocks.OUTCOME_QUESTION,
+            blocks.OUTCOME,
+            self.path,
+            collapsed,
+        )
         log_odds = finite(self.backend.score_yes_no([question])[0])
         node = self._store_block(
             NewNode(

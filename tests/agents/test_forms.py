@@ -11,7 +11,7 @@ import pytest
 
 from agents import blocks, forms, prompting
 from agents.approval import Decision
-from agents.sandbox import Kernel, Limits
+from agents.sandbox import CallResult, Kernel, Limits
 from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
 
@@ -38,7 +38,7 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
         yield opened
 
 
-def run_action(kernel: Kernel, body: str):  # noqa: ANN201 - a CallResult
+def run_action(kernel: Kernel, body: str) -> tuple[str, CallResult]:
     kernel.clear("action")
     code = forms.kernel_code(blocks.ACTION, forms.SCRIPT, body, timeout=5)
     defined = kernel.exec_block(code, name="action")
@@ -79,7 +79,9 @@ def test_a_file_block_writes_the_whole_file(kernel: Kernel) -> None:
     assert forms.parse_error(blocks.ACTION, forms.SCRIPT, "# file: notes.md\n(( not code") is None
 
 
-@pytest.mark.parametrize(("code", "passes"), [("assert 2 + 2 == 4", True), ("assert 2 == 3", False)])
+@pytest.mark.parametrize(
+    ("code", "passes"), [("assert 2 + 2 == 4", True), ("assert 2 == 3", False)]
+)
 def test_an_evaluation_script_passes_by_its_exit_status(
     kernel: Kernel, code: str, passes: bool
 ) -> None:
@@ -121,12 +123,13 @@ def test_the_chat_style_asks_for_the_block_through_the_template(backend: object)
     prompter = prompting.Prompter(prompting.CHAT, forms.SCRIPT, backend.render_chat)  # type: ignore[attr-defined]
     prompt = prompter.block("THE TRACE\n", "#startblock type: action\n", blocks.ACTION)
     assert prompt.startswith("<|im_start|>system\n")
-    assert "THE TRACE" in prompt and "`# file: PATH`" in prompt
+    assert "`# file: PATH`" in prompt
     assert prompt.rstrip().endswith("<|im_start|>assistant")
-    assert "#startblock type: action" not in prompt  # the reply is the body
+    assert "#startblock" not in prompt  # the reply is the body
     assert prompter.meta() == {"prompt": "chat", "form": "script"}
-    question = prompter.question("THE TRACE\n#startblock type: action\n", "print(1)", "Good?")
-    assert "print(1)\n#endblock\n\nGood? Answer Yes or No." in question
+    question = prompter.question("", "print(1)", "Good?", blocks.ACTION)
+    assert "<|im_start|>assistant\nprint(1)<|im_end|>" in question
+    assert question.rstrip().endswith("Good? Answer Yes or No.<|im_end|>\n<|im_start|>assistant")
     with pytest.raises(ValueError, match="chat template"):
         prompting.Prompter(prompting.CHAT, forms.SCRIPT)
 
@@ -136,7 +139,7 @@ SCRIPT_SOLVE = "# Write the answer\nopen('answer.txt', 'w').write('42\\n')\nprin
 
 def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_path: Path) -> None:
     """The tiny model's action fails as a script, the error is the report (no debug block),
-    the retry repeats the error in the ask; the operator's script then solves the task."""
+    the retry is asked for right after it; the operator's script then solves the task."""
     failing = "# Read a missing file\nopen('missing.txt').read()\n"
     prompts: list[str] = []
 
@@ -174,7 +177,9 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
         ran = [n for n in path if n.kind == blocks.ACTION]
         assert [n.status for n in ran] == [NodeStatus.FAILED, NodeStatus.EXECUTED]
         assert ran[-1].meta["title"] == "Write the answer"
-    # the action after the failure was asked for with the error said again
-    retry = [p for p in prompts if "The last action failed:" in p]
+    # the action after the failure was asked for right after the error, in the same turn
+    retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]
+    turn = retry[0].rsplit("<|im_start|>user\n", 1)[1]
+    assert turn.startswith("The action failed:") and "Write the action block" in turn
     assert all(p.startswith("<|im_start|>system") for p in prompts)
