@@ -37,9 +37,8 @@ SYSTEM = (
 #: What each block is for, as the model is asked for it, by form.
 _ASK = {
     blocks.ORIENTATION: (
-        "Write the orientation block: two to four plain sentences saying what the task "
-        "asks, which files matter, what the last results showed, and what this tick's "
-        "action will do."
+        "Write the orientation block: in two or three plain sentences, what the task asks, "
+        "which files matter, and what this tick's action will do."
     ),
     blocks.EXPECTATION: (
         "Write the expectation block: one to three plain sentences saying how you will "
@@ -116,6 +115,8 @@ def clean(kind: str, text: str) -> str:
 
 
 Messages = list[dict[str, str]]
+#: The most tokens a chat model's prose block (orientation, expectation, debug) may take.
+PROSE_TOKENS = 128
 
 
 def _runtime_turn(node: Node) -> str:
@@ -245,6 +246,13 @@ class Prompter:
             shown = _runtime_turn(_Shown(kind, body, path[-1].tick if path else 0))
             turns = _asking(turns, f"{shown}\n\n{asked}" if body else asked)
         return self.render_chat(turns)
+
+    def max_tokens(self, kind: str, block_tokens: int) -> int:
+        """The most tokens a block of `kind` may take: a chat model's prose block at most
+        PROSE_TOKENS (it says what the user turn said back, at length, when let)."""
+        if self.style == CHAT and kind not in blocks.CODE_KINDS:
+            return min(block_tokens, PROSE_TOKENS)
+        return block_tokens
 
     @property
     def stop(self) -> tuple[str, ...]:

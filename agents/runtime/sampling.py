@@ -40,6 +40,7 @@ class Sampling(Recording):
         context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)
         prefix = context + header.text()
         prompt = prompter.block(context, header.text(), kind, self.path, collapsed)
+        max_tokens = prompter.max_tokens(kind, self.options.block_tokens)
         earlier = earlier_texts(self.path)
         features = self.backend.features
         grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
@@ -55,7 +56,7 @@ class Sampling(Recording):
             candidates = self.backend.generate(
                 prompt,
                 n=rounds[round_no],
-                max_tokens=self.options.block_tokens,
+                max_tokens=max_tokens,
                 stop=prompter.stop,
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
@@ -123,7 +124,7 @@ class Sampling(Recording):
                     logprobs=candidate.logprobs if exact else None,
                     sampling={
                         "temperature": self.options.temperature,
-                        "max_tokens": self.options.block_tokens,
+                        "max_tokens": max_tokens,
                         "n": rounds[round_no],
                         "round": round_no,
                         **({"no_repeat": NO_REPEAT_TOKENS} if round_no == no_repeat_round else {}),
