@@ -167,6 +167,12 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
     return messages
 
 
+def block_turns(path: Sequence[Node], collapsed: Sequence[int], kind: str, form: str) -> Messages:
+    """The turns a block of `kind` was asked for with after `path` (what training gives
+    the model before the block's body, as the agent did)."""
+    return _asking(chat_turns(path, collapsed, form), ask(kind, form))
+
+
 def _asking(messages: Messages, text: str) -> Messages:
     """`messages` with `text` added to the open user turn."""
     last = messages[-1]
@@ -216,8 +222,7 @@ class Prompter:
         if self.style == DOCUMENT:
             return context + header
         assert self.render_chat is not None
-        turns = chat_turns(path, collapsed, self.form)
-        return self.render_chat(_asking(turns, ask(kind, self.form)))
+        return self.render_chat(block_turns(path, collapsed, kind, self.form))
 
     def question(
         self,

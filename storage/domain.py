@@ -177,8 +177,9 @@ class NewNode:
         )
 
 
-#: The metadata of a block's header that an operator's rewrite of it keeps.
-REWRITE_META = ("index", "timestamp", "q", "collapsed")
+#: The metadata of a block's header that an operator's rewrite of it keeps (with how it was
+#: asked for: the same prompt, the same form).
+REWRITE_META = ("index", "timestamp", "q", "collapsed", "prompt", "form")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,10 @@ standard prompt/completion form (trl computes the loss on the completion only):
     tokens  {"prompt_ids", "completion_ids", "logprobs", "loss_mask", "status", ...}
 
 `chat=True` writes trl's conversational form instead (the prompt as a user message, the
-completion as the assistant's), for a chat model trained outside this loop.
+completion as the assistant's), for a chat model trained outside this loop. A block the
+agent asked a chat model for (`agents.prompting`, its node's `prompt` meta) is always
+written in that form, its prompt the very turns it was asked with and its completion its
+body (the template's end of turn ends it).
 
 Streaming: one session at a time, and of a session only the blocks the rows need (the
 examples and their ancestors), so the store's size does not bound memory.
@@ -32,7 +35,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agents import blocks
+from agents import blocks, forms, prompting
 from storage import Author, Node
 from training.rules import Pair, SessionEvidence, load_evidence
 
@@ -143,14 +146,27 @@ class _SessionView:
 # -- rows --------------------------------------------------------------------------------------
 
 
+def chat_prompt(view_path: Sequence[Node], node: Node) -> list[dict[str, str]] | None:
+    """The turns a block asked for in chat (`agents.prompting`) was written after; None
+    for a block the model continued a document for."""
+    if node.meta.get("prompt") != prompting.CHAT:
+        return None
+    form = str(node.meta.get("form") or forms.CALLBACK)
+    return prompting.block_turns(view_path, node.meta.get("collapsed", ()), node.kind, form)
+
+
 def _message(role: str, text: str) -> list[dict[str, str]]:
     return [{"role": role, "content": text}]
 
 
-def _sft_row(prompt: str, node: Node, chat: bool) -> dict[str, Any]:
+def _sft_row(
+    prompt: str, node: Node, chat: bool, turns: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     completion = blocks.block_completion(node)
     row: dict[str, Any] = (
-        {"prompt": _message("user", prompt), "completion": _message("assistant", completion)}
+        {"prompt": turns, "completion": _message("assistant", node.text)}
+        if turns is not None
+        else {"prompt": _message("user", prompt), "completion": _message("assistant", completion)}
         if chat
         else {"prompt": prompt, "completion": completion}
     )
@@ -158,10 +174,23 @@ def _sft_row(prompt: str, node: Node, chat: bool) -> dict[str, Any]:
     return row
 
 
-def _dpo_row(prompt: str, chosen: Node, rejected: Node, pair: Pair, chat: bool) -> dict[str, Any]:
+def _dpo_row(
+    prompt: str,
+    chosen: Node,
+    rejected: Node,
+    pair: Pair,
+    chat: bool,
+    turns: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     good, bad = blocks.block_completion(chosen), blocks.block_completion(rejected)
     row: dict[str, Any] = (
         {
+            "prompt": turns,
+            "chosen": _message("assistant", chosen.text),
+            "rejected": _message("assistant", rejected.text),
+        }
+        if turns is not None
+        else {
             "prompt": _message("user", prompt),
             "chosen": _message("assistant", good),
             "rejected": _message("assistant", bad),
@@ -288,7 +317,7 @@ def _session_sft(
         return
     view = _SessionView(store, evidence, list(labels), tokens=False)
     for node, prompt in _prompted(view, sorted(labels), session_id, report):
-        row = _sft_row(prompt, node, chat)
+        row = _sft_row(prompt, node, chat, chat_prompt(view.parent_path(node), node))
         if kto:
             row["label"] = labels[node.id]
         yield row
@@ -322,7 +351,8 @@ def _session_dpo(
             continue
         report.rows += 1
         report.unchecked += not (chosen_checked and rejected_checked)
-        yield _dpo_row(prompt, chosen, rejected, pair, chat)
+        turns = chat_prompt(view.parent_path(chosen), chosen)
+        yield _dpo_row(prompt, chosen, rejected, pair, chat, turns)
 
 
 def _session_tokens(

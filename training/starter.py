@@ -1,4 +1,4 @@
-"""The starter adapter for the offline model (Gemma 3 270M base).
+"""The starter adapter for the offline base model (Gemma 3 270M base).
 
 The base model writes almost no valid block from the project's prompts. The starter
 sessions are what the learning bench's scripted operator (`training.teach`) does on the
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 SESSIONS = Path(__file__).with_name("starter_sessions.db")
 #: the adapter's name in the registry
 NAME = "starter"
+#: the offline model the sessions were made on, and the adapter is trained for (the
+#: instruction-tuned default is prompted in chat turns and script blocks: not these)
+MODEL = "gemma-3-270m"
 #: teaching sessions in the shipped file
 COUNT = 20
 #: how the starter adapter is trained (the learning bench's settings: about 10 min on 2 cores)

@@ -199,8 +199,9 @@ MODELS: dict[str, OfflineModel] = {
     model.name: model for model in (GEMMA_3_270M, QWEN_CODER_0_5B, QWEN_CODER_1_5B)
 }
 
-#: The offline model used when none is named (and no hub model is cached).
-DEFAULT = GEMMA_3_270M.name
+#: The offline model used when none is named (and no hub model is cached): the coder, which
+#: solves what the base model could not (docs/benchmarks.md).
+DEFAULT = QWEN_CODER_0_5B.name
 
 
 def get(name: str) -> OfflineModel:

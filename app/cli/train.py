@@ -114,7 +114,9 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "out) and register the adapter as `starter`. The console offers to load it.",
     )
     starter.add_argument(
-        "--base", metavar="MODEL", help="base model (default: the offline model, Gemma 3 270M)"
+        "--base",
+        metavar="MODEL",
+        help="base model (default: Gemma 3 270M, which the sessions were made on)",
     )
     starter.add_argument(
         "--name", default="starter", help="the adapter's name (default: %(default)s)"
@@ -264,7 +266,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
 
 
 def queue_starter(store: TraceStore, args: argparse.Namespace) -> int:
-    from agents.backends import BackendError
+    from agents.backends import BackendError, model_or_default
     from agents.backends.offline import ensure_model
     from agents.settings import data_dir
     from training import starter
@@ -273,7 +275,8 @@ def queue_starter(store: TraceStore, args: argparse.Namespace) -> int:
 
     try:
         variants = starter.check_sessions()
-        base = args.base or str(ensure_model(_stderr_line))
+        base = model_or_default(args.base) if args.base else ""
+        base = base or str(ensure_model(_stderr_line, name=starter.MODEL))
         job = queue_job(store, starter.job_options(base, name=args.name), data_dir=data_dir())
     except HeldOutError as exc:
         return fail(f"the starter sessions hold a held-out variant: {exc}", exit_codes.USAGE)

@@ -14,6 +14,7 @@ from agents.approval import Decision
 from agents.sandbox import CallResult, Kernel, Limits
 from storage import Author, NodeStatus, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
+from training.datasets import iter_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -177,6 +178,17 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
         ran = [n for n in path if n.kind == blocks.ACTION]
         assert [n.status for n in ran] == [NodeStatus.FAILED, NodeStatus.EXECUTED]
         assert ran[-1].meta["title"] == "Write the answer"
+        assert ran[-1].author is Author.OPERATOR and ran[-1].meta["prompt"] == "chat"
+        # the operator's script is an SFT example, in the turns it was asked for with
+        rows = list(iter_rows(store, "sft", session_ids=[outcome.session_id]))
+        (row,) = [r for r in rows if r["node_id"] == ran[-1].id]
+        assert row["completion"] == [{"role": "assistant", "content": SCRIPT_SOLVE}]
+        turns = row["prompt"]
+        assert [t["role"] for t in turns[:2]] == ["system", "user"]
+        assert turns[0]["content"].startswith(prompting.SYSTEM)
+        assert turns[-1]["role"] == "user" and turns[-1]["content"].startswith("The action failed:")
+        assert turns[-1]["content"].endswith(prompting.ask(blocks.ACTION, forms.SCRIPT))
+        assert {"role": "assistant", "content": failing} in turns
     # the action after the failure was asked for right after the error, in the same turn
     retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]

@@ -142,7 +142,8 @@ def test_the_models_command_lists_every_model(tmp_path: Path) -> None:
     listed = [json.loads(line) for line in models("--json")]
     assert [m["name"] for m in listed] == list(MODELS)
     by_name = {m["name"]: m for m in listed}
-    assert by_name[DEFAULT]["default"] and not by_name["qwen2.5-coder-0.5b"]["default"]
+    assert DEFAULT == "qwen2.5-coder-0.5b"
+    assert by_name[DEFAULT]["default"] and not by_name["gemma-3-270m"]["default"]
     assert by_name["qwen2.5-coder-0.5b"]["converted"]
     assert by_name["qwen2.5-coder-0.5b"]["folder_bytes"] >= 6_000_000
     assert by_name["qwen2.5-coder-0.5b"]["gguf_bytes"] == 491_400_064

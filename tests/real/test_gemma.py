@@ -1,4 +1,4 @@
-"""The real model tier: Gemma 3 270M base, converted from its PyPI package, through the
+"""The base model tier: Gemma 3 270M base, converted from its PyPI package, through the
 real sandbox and the real CLI. Slower than the tiny model's tests (about two minutes in
 all once the model is converted), so it checks what only a real model can show: the
 conversion, blocks that parse and register under the grammar, the first tokens streamed
@@ -37,7 +37,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
     assert "sha256" in stamp["source"]
     # a folder a killed conversion left (no stamp, or a file missing) is never used
     for leave_out in (offline.STAMP, "model.safetensors", "tokenizer.json"):
-        damaged = tmp_path / leave_out / offline.OFFLINE_MODEL
+        damaged = tmp_path / leave_out / gemma_dir.name
         damaged.mkdir(parents=True)
         for item in gemma_dir.iterdir():
             if item.name != leave_out:
@@ -46,7 +46,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
         usable, line = offline.status_line(damaged.parent)
         assert usable and "converted on first use" in line
     # a stamp from another version of the conversion is not current either
-    old = tmp_path / "old" / offline.OFFLINE_MODEL
+    old = tmp_path / "old" / gemma_dir.name
     shutil.copytree(gemma_dir, old, copy_function=os.link)
     (old / offline.STAMP).unlink()
     (old / offline.STAMP).write_text(json.dumps({**stamp, "version": 0}))
@@ -54,8 +54,9 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
     assert offline.model_label(str(gemma_dir)) == "gemma-3-270m (offline, base)"
 
 
+@pytest.mark.slow  # the default is the coder now (tests/real/test_coder.py)
 def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
-    """One headless tick on the real model with the product's defaults for a CPU (fewer
+    """One headless tick on the base model with the product's defaults for a CPU (fewer
     candidates and one try at the action, to keep the suite short): the first tokens reach stderr within seconds,
     the session's first line says the choices, and every chosen code block parses and
     registers its callback."""

@@ -1,0 +1,90 @@
+"""The default model: Qwen2.5-Coder-0.5B-Instruct, converted from its PyPI chunk packages,
+one headless tick through the real CLI and the real sandbox with the defaults its registry
+entry gives (chat turns, script blocks)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents import blocks, forms
+from agents.backends import registry
+from storage import Author, NodeStatus, TraceStore
+from tests.app.test_cli import SCRIPT, _spawn
+
+pytestmark = [pytest.mark.real, pytest.mark.cli, pytest.mark.timeout(900)]
+#: The most seconds a block may take to its first streamed tokens on a 2-core CI machine.
+FIRST_TOKENS_S = 30.0
+#: the seconds since the session started, which leads each progress line of --query
+ELAPSED = re.compile(r"^ *\d+\.\d s  ")
+
+
+def test_a_tick_of_the_default_model(qwen_dir: Path, tmp_path: Path) -> None:
+    """The session's first line names the coder and its defaults, the first tokens come
+    within seconds, and the chosen action ran in the sandbox as a script or a file; the
+    blocks say how they were asked for, and the runtime wrote every report."""
+    assert qwen_dir.name == registry.DEFAULT
+    db = tmp_path / "traces.db"
+    command = [
+        str(SCRIPT),
+        "--db",
+        str(db),
+        "--backend",
+        "transformers",
+        "--model",
+        str(qwen_dir),
+        "--query",
+        "",
+        "--task",
+        "family:text_edit:2",
+        "--approval",
+        "auto",
+        "--max-ticks",
+        "1",
+        "--candidates",
+        "2",
+        "--attempts",
+        "1",
+        "--memory",
+        "off",
+    ]
+    started = time.monotonic()
+    process = _spawn(command, tmp_path)
+    assert process.stderr is not None
+    lines: list[str] = []
+    for line in process.stderr:
+        lines.append(ELAPSED.sub("", line.rstrip("\n")))
+        sys.stderr.write(line)
+    process.wait(timeout=60)
+    text = "\n".join(lines)
+    assert "Traceback" not in text
+    first = next(line for line in lines if line.startswith("session 1: qwen2.5-coder-0.5b"))
+    assert "(offline, instruct)" in first
+    assert "2 candidates a block" in first and "chat prompts, script blocks" in first
+    streamed = [line for line in lines if "to the first tokens" in line]
+    assert streamed and streamed[0].startswith("tick 1 orientation: sampling 2 candidates")
+    seconds = float(streamed[0].split("(")[1].split(" s to")[0])
+    assert seconds < FIRST_TOKENS_S, streamed[0]
+    print(f"whole run: {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    with TraceStore(str(db)) as store:
+        session = store.list_sessions()[0]
+        nodes = store.tree(session.id)
+    genesis = nodes[0]
+    assert genesis.kind == blocks.GENESIS and "`# file: PATH`" in genesis.text
+    model = [n for n in nodes if n.author is Author.MODEL]
+    assert {n.kind for n in model} >= {blocks.ORIENTATION, blocks.ACTION, blocks.EVALUATION}
+    assert all(n.meta.get("prompt") == "chat" and n.meta.get("form") == "script" for n in model)
+    # the runtime writes every report: no debug block, no `#q:` or header in a body
+    assert blocks.DEBUG not in {n.kind for n in nodes}
+    assert not any("#startblock" in n.text or "#endblock" in n.text for n in model)
+    action = next(
+        n for n in model if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE
+    )
+    assert action.status in (NodeStatus.EXECUTED, NodeStatus.FAILED)
+    assert "ok" in action.meta
+    assert action.meta["title"] == forms.title(blocks.ACTION, forms.SCRIPT, action.text)
