@@ -27,69 +27,56 @@ CHAT = "chat"
 STYLES = (DOCUMENT, CHAT)
 
 SYSTEM = (
-    "You are a careful Python programmer working as an agent. The user shows you the "
-    "trace of your session so far: the task, the files, the blocks you wrote and what "
-    "the runtime reported after running them. You write one block at a time, the one "
-    "you are asked for, and nothing else. Results come only from the runtime: never "
-    "write what a program printed or whether a check passed."
+    "You are a careful Python programmer working as an agent on the task below, in a "
+    "sandboxed work directory. The user reports what the runtime did and asks for one "
+    "block at a time: write that block and nothing else. Results come only from the "
+    "runtime: never write what a program printed or whether a check passed."
 )
 
 #: What each block is for, as the model is asked for it, by form.
 _ASK = {
     blocks.ORIENTATION: (
-        "Write the orientation block: in two or three plain sentences, what the task asks, "
-        "which files matter, and what this tick's action will do."
+        "Write the orientation: in two or three sentences of your own, what the task needs "
+        "next and what this tick's action will do."
     ),
     blocks.EXPECTATION: (
-        "Write the expectation block: one to three plain sentences saying how you will "
-        "know whether the action above worked or failed."
+        "Write the expectation: in one or two sentences, how you will know whether the "
+        "action worked."
     ),
-    blocks.DEBUG: (
-        "Write the debug block: one to three plain sentences saying why the action "
-        "failed, from the error above, and what to do instead."
-    ),
+    blocks.DEBUG: "Write the debug block: in one to three sentences, why the action failed.",
     blocks.BACKTRACK: (
-        "Write the backtrack block: one to three plain sentences saying why the current "
-        "approach is not working and what to try instead."
+        "Write the backtrack block: in one to three sentences, why this approach is not "
+        "working and what to try instead."
     ),
 }
-
 _ASK_CODE = {
     forms.CALLBACK: {
         blocks.ACTION: (
-            "Write the action block: Python that defines a function `f(subagent)` doing "
-            "this tick's step with subagent.read_file, subagent.write_file and "
-            "subagent.run, then registers it with `self.add_action(title, f)`."
+            "Write the action: Python that defines a function of `subagent` doing this "
+            "tick's step and registers it with `self.add_action(title, function)`."
         ),
         blocks.EVALUATION: (
-            "Write the evaluation block: Python that defines a function `f(subagent)` "
-            "returning True when the action's work is right, then registers it with "
-            "`self.add_evaluation(title, f)`."
+            "Write the evaluation: Python that defines a function of `subagent` returning "
+            "True when the task is done and registers it with "
+            "`self.add_evaluation(title, function)`."
         ),
         blocks.OBSERVATION_INFERENCE: (
             "Write the observation-inference block: Python that adds or removes "
-            "observation views with self.add_observation_view(title, f) and "
-            "self.remove_observation_view(title)."
+            "observation views (self.add_observation_view, self.remove_observation_view)."
         ),
     },
     forms.SCRIPT: {
         blocks.ACTION: (
-            "Write the action block. Either the whole new content of one file, its first "
-            "line `# file: PATH` (the runtime writes the file), or a Python script that "
-            "the runtime runs with python3 in the work directory (what it prints is its "
-            "result), its first line a `#` comment naming what it does. Write complete "
-            "code, no placeholders."
+            "Write the action for this task: the whole new content of one file, after a "
+            "first line `# file: PATH`, or a Python script that does the work."
         ),
         blocks.EVALUATION: (
-            "Write the evaluation block: a Python script, its first line a `#` comment "
-            "naming what it checks, that the runtime runs with python3 in the work "
-            "directory after the action; it must exit with status 0 when the action's work "
-            "is right and fail (an assert, say) when it is not."
+            "Write the evaluation: a Python script that fails (an assert) unless the task "
+            "is done."
         ),
         blocks.OBSERVATION_INFERENCE: (
             "Write the observation-inference block: Python that adds or removes "
-            "observation views with self.add_observation_view(title, f) and "
-            "self.remove_observation_view(title)."
+            "observation views (self.add_observation_view, self.remove_observation_view)."
         ),
     },
 }
@@ -165,6 +152,11 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
                 pending.append(_runtime_turn(node))
     messages.append({"role": "user", "content": "\n\n".join(pending)})
     return messages
+
+
+def asks(form: str) -> list[str]:
+    """Every ask of `form`: text a block that says it back has copied (`agents.ranking`)."""
+    return [ask(kind, form) for kind in sorted(blocks.MODEL_KINDS)]
 
 
 def block_turns(path: Sequence[Node], collapsed: Sequence[int], kind: str, form: str) -> Messages:

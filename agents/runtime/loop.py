@@ -3,6 +3,8 @@ until it completes, fails, is truncated or is stopped, and how it ended stored."
 
 from __future__ import annotations
 
+import logging
+
 from dataclasses import dataclass
 
 from agents import blocks
@@ -16,6 +18,9 @@ from agents.runtime.tick import Finished, TickSteps
 from agents.sandbox import SandboxUnavailable, sandbox_status
 from agents.tasks import seed_workdir
 from storage import NodeStatus, SessionStatus
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -140,11 +145,27 @@ class Runtime(TickSteps):
         )
 
     def _first_start(self) -> None:
+        self._set_aside_stale_workdir()
         self.workdir.mkdir(parents=True, exist_ok=True)
         seed_workdir(self.task, self.workdir)
         self._start_kernel()
         self._genesis()
         self._tick = 1
+
+    def _set_aside_stale_workdir(self) -> None:
+        """A new session's work directory must start with the task's files only. One left
+        by another session of the same id (a store made again, or another store sharing
+        the data folder) is moved aside, never deleted, and never seen by this session."""
+        folder = self.workdir.parent
+        if not self.workdir.exists() or not any(self.workdir.iterdir()):
+            return
+        aside = folder.with_name(f"{folder.name}.stale-{int(self.clock() * 1000)}")
+        folder.rename(aside)
+        log.warning(
+            "session %s: its work directory held another session's files; moved to %s",
+            self.session_id,
+            aside,
+        )
 
     def _load_path(self) -> int:
         """The path a resumed session continues from: up to its last complete tick (a

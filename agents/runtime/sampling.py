@@ -42,6 +42,8 @@ class Sampling(Recording):
         prompt = prompter.block(context, header.text(), kind, self.path, collapsed)
         max_tokens = prompter.max_tokens(kind, self.options.block_tokens)
         earlier = earlier_texts(self.path)
+        if prompter.style == prompting.CHAT:  # saying the ask back is a copy too
+            earlier += prompting.asks(form)
         features = self.backend.features
         grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
         if "grammar" not in features or (form == forms.SCRIPT and kind in forms.SCRIPT_KINDS):

@@ -193,5 +193,5 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
     retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]
     turn = retry[0].rsplit("<|im_start|>user\n", 1)[1]
-    assert turn.startswith("The action failed:") and "Write the action block" in turn
+    assert turn.startswith("The action failed:") and "Write the action for this task" in turn
     assert all(p.startswith("<|im_start|>system") for p in prompts)

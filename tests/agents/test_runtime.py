@@ -428,3 +428,20 @@ def test_a_retry_request_says_which_try_and_why_the_last_did_not_do(
     ]
     assert second.action.tick == boom.tick
     assert second.retry == f"try 2 of 3: action #{boom.id} failed: KeyError: 'port'"
+
+
+def test_a_new_session_never_sees_files_left_under_its_id(backend: object, tmp_path: Path) -> None:
+    """Two stores sharing one sessions folder (a store made again, say) both have a
+    session 1: the second starts with the task's files only, and the first's work
+    directory is moved aside, not deleted."""
+    with TraceStore(tmp_path / "one.db") as first_store:
+        first, _ = make_runtime(first_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)])
+        assert first.run().status is SessionStatus.COMPLETED
+    assert (tmp_path / "sessions" / "1" / "work" / "answer.txt").exists()
+    with TraceStore(tmp_path / "two.db") as second_store:
+        second, _ = make_runtime(second_store, backend, tmp_path, approval="deny")
+        outcome = second.run()
+        assert outcome.session_id == 1
+        assert sorted(p.name for p in second.workdir.iterdir()) == ["question.txt"]
+    (aside,) = (tmp_path / "sessions").glob("1.stale-*")
+    assert (aside / "work" / "answer.txt").read_text() == "42\n"
