@@ -71,8 +71,7 @@ _ASK_CODE = {
             "first line `# file: PATH`, or a Python script that does the work."
         ),
         blocks.EVALUATION: (
-            "Write the evaluation: a Python script that fails (an assert) unless the task "
-            "is done."
+            "Write the evaluation: a Python script that fails (an assert) unless the task is done."
         ),
         blocks.OBSERVATION_INFERENCE: (
             "Write the observation-inference block: Python that adds or removes "
@@ -146,12 +145,28 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
             if node.kind in blocks.MODEL_KINDS:
                 pending.append(ask(node.kind, form))
                 messages.append({"role": "user", "content": "\n\n".join(pending)})
-                messages.append({"role": "assistant", "content": node.text})
+                messages.append({"role": "assistant", "content": reply(node.kind, node.text)})
                 pending = []
             else:
                 pending.append(_runtime_turn(node))
     messages.append({"role": "user", "content": "\n\n".join(pending)})
     return messages
+
+
+#: A chat model's code block is its reply begun with this fence (so it writes code, not
+#: words about code), and ends where it closes the fence.
+CODE_FENCE = "```python\n"
+CODE_FENCE_END = "```"
+
+
+def prefill(kind: str) -> str:
+    """What a chat reply of `kind` is begun with for the model."""
+    return CODE_FENCE if kind in blocks.CODE_KINDS else ""
+
+
+def reply(kind: str, body: str) -> str:
+    """A block's body as the model's whole reply: a code block in its fence."""
+    return f"{CODE_FENCE}{body.rstrip()}\n{CODE_FENCE_END}" if kind in blocks.CODE_KINDS else body
 
 
 def asks(form: str) -> list[str]:
@@ -161,8 +176,13 @@ def asks(form: str) -> list[str]:
 
 def block_turns(path: Sequence[Node], collapsed: Sequence[int], kind: str, form: str) -> Messages:
     """The turns a block of `kind` was asked for with after `path` (what training gives
-    the model before the block's body, as the agent did)."""
-    return _asking(chat_turns(path, collapsed, form), ask(kind, form))
+    the model before the block's body, as the agent did). An action is asked for with
+    the task said again: a small model follows the end of its prompt."""
+    asked = ask(kind, form)
+    if kind == blocks.ACTION:
+        task = next((n.text for n in reversed(path) if n.kind == blocks.TASK_REMINDER), "")
+        asked = f"{task}\n\n{asked}" if task else asked
+    return _asking(chat_turns(path, collapsed, form), asked)
 
 
 def _asking(messages: Messages, text: str) -> Messages:
@@ -214,7 +234,7 @@ class Prompter:
         if self.style == DOCUMENT:
             return context + header
         assert self.render_chat is not None
-        return self.render_chat(block_turns(path, collapsed, kind, self.form))
+        return self.render_chat(block_turns(path, collapsed, kind, self.form)) + prefill(kind)
 
     def question(
         self,
@@ -236,7 +256,7 @@ class Prompter:
         if kind in blocks.MODEL_KINDS:
             turns = _asking(turns, ask(kind, self.form))
             turns += [
-                {"role": "assistant", "content": body},
+                {"role": "assistant", "content": reply(kind, body)},
                 {"role": "user", "content": asked},
             ]
         else:
@@ -251,12 +271,18 @@ class Prompter:
             return min(block_tokens, PROSE_TOKENS)
         return block_tokens
 
-    @property
-    def stop(self) -> tuple[str, ...]:
-        """Where generation stops: the block's end (and, for a document, a new block or a
-        `#q:` line); a chat reply ends at the template's end of turn, and a header it
-        copies from the trace is dropped (`clean`), not a reason to stop."""
-        return blocks.STOP if self.style == DOCUMENT else (blocks.END_MARKER,)
+    def stop(self, kind: str) -> tuple[str, ...]:
+        """Where generation of a block of `kind` stops: the block's end (and, for a
+        document, a new block or a `#q:` line); a chat reply ends at the template's end of
+        turn, or a code block at the end of its fence, and a header it copies from the
+        trace is dropped (`clean`), not a reason to stop."""
+        if self.style == DOCUMENT:
+            return blocks.STOP
+        return (
+            (CODE_FENCE_END, blocks.END_MARKER)
+            if kind in blocks.CODE_KINDS
+            else (blocks.END_MARKER,)
+        )
 
     def body(self, kind: str, text: str) -> str:
         """The block's body from what the model wrote."""

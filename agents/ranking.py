@@ -62,6 +62,8 @@ def penalties(
     if not text:
         return {"empty": EMPTY_PENALTY}
     if kind in blocks.CODE_KINDS:
+        if not forms.registers(kind, form, body) and form == forms.SCRIPT:
+            return {"empty": EMPTY_PENALTY}  # a script or a file with nothing in it
         if forms.parse_error(kind, form, body) is not None:
             parts["syntax"] = SYNTAX_PENALTY
         elif kind in REQUIRED_CALL and not forms.registers(kind, form, body):

@@ -18,7 +18,7 @@ standard prompt/completion form (trl computes the loss on the completion only):
 completion as the assistant's), for a chat model trained outside this loop. A block the
 agent asked a chat model for (`agents.prompting`, its node's `prompt` meta) is always
 written in that form, its prompt the very turns it was asked with and its completion its
-body (the template's end of turn ends it).
+reply (a code block in its fence; the template's end of turn ends it).
 
 Streaming: one session at a time, and of a session only the blocks the rows need (the
 examples and their ancestors), so the store's size does not bound memory.
@@ -164,7 +164,10 @@ def _sft_row(
 ) -> dict[str, Any]:
     completion = blocks.block_completion(node)
     row: dict[str, Any] = (
-        {"prompt": turns, "completion": _message("assistant", node.text)}
+        {
+            "prompt": turns,
+            "completion": _message("assistant", prompting.reply(node.kind, node.text)),
+        }
         if turns is not None
         else {"prompt": _message("user", prompt), "completion": _message("assistant", completion)}
         if chat
@@ -186,8 +189,8 @@ def _dpo_row(
     row: dict[str, Any] = (
         {
             "prompt": turns,
-            "chosen": _message("assistant", chosen.text),
-            "rejected": _message("assistant", rejected.text),
+            "chosen": _message("assistant", prompting.reply(chosen.kind, chosen.text)),
+            "rejected": _message("assistant", prompting.reply(rejected.kind, rejected.text)),
         }
         if turns is not None
         else {

@@ -59,7 +59,7 @@ class Sampling(Recording):
                 prompt,
                 n=rounds[round_no],
                 max_tokens=max_tokens,
-                stop=prompter.stop,
+                stop=prompter.stop(kind),
                 temperature=self.options.temperature,
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
                 grammar=grammar,

@@ -116,7 +116,7 @@ def test_the_document_style_is_the_document(backend: object) -> None:
     assert prompter.block("CONTEXT", "#startblock type: action\n", blocks.ACTION) == (
         "CONTEXT#startblock type: action\n"
     )
-    assert prompter.stop == blocks.STOP
+    assert prompter.stop(blocks.ACTION) == blocks.STOP
     assert prompter.meta() == {}
 
 
@@ -125,11 +125,11 @@ def test_the_chat_style_asks_for_the_block_through_the_template(backend: object)
     prompt = prompter.block("THE TRACE\n", "#startblock type: action\n", blocks.ACTION)
     assert prompt.startswith("<|im_start|>system\n")
     assert "`# file: PATH`" in prompt
-    assert prompt.rstrip().endswith("<|im_start|>assistant")
+    assert prompt.endswith("<|im_start|>assistant\n```python\n")  # the reply is code
     assert "#startblock" not in prompt  # the reply is the body
     assert prompter.meta() == {"prompt": "chat", "form": "script"}
     question = prompter.question("", "print(1)", "Good?", blocks.ACTION)
-    assert "<|im_start|>assistant\nprint(1)<|im_end|>" in question
+    assert "<|im_start|>assistant\n```python\nprint(1)\n```<|im_end|>" in question
     assert question.rstrip().endswith("Good? Answer Yes or No.<|im_end|>\n<|im_start|>assistant")
     with pytest.raises(ValueError, match="chat template"):
         prompting.Prompter(prompting.CHAT, forms.SCRIPT)
@@ -182,13 +182,14 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
         # the operator's script is an SFT example, in the turns it was asked for with
         rows = list(iter_rows(store, "sft", session_ids=[outcome.session_id]))
         (row,) = [r for r in rows if r["node_id"] == ran[-1].id]
-        assert row["completion"] == [{"role": "assistant", "content": SCRIPT_SOLVE}]
+        reply = f"```python\n{SCRIPT_SOLVE.rstrip()}\n```"
+        assert row["completion"] == [{"role": "assistant", "content": reply}]
         turns = row["prompt"]
         assert [t["role"] for t in turns[:2]] == ["system", "user"]
         assert turns[0]["content"].startswith(prompting.SYSTEM)
         assert turns[-1]["role"] == "user" and turns[-1]["content"].startswith("The action failed:")
         assert turns[-1]["content"].endswith(prompting.ask(blocks.ACTION, forms.SCRIPT))
-        assert {"role": "assistant", "content": failing} in turns
+        assert {"role": "assistant", "content": f"```python\n{failing.rstrip()}\n```"} in turns
     # the action after the failure was asked for right after the error, in the same turn
     retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]
