@@ -4,7 +4,6 @@ until it completes, fails, is truncated or is stopped, and how it ended stored."
 from __future__ import annotations
 
 import logging
-
 from dataclasses import dataclass
 
 from agents import blocks
@@ -18,7 +17,6 @@ from agents.runtime.tick import Finished, TickSteps
 from agents.sandbox import SandboxUnavailable, sandbox_status
 from agents.tasks import seed_workdir
 from storage import NodeStatus, SessionStatus
-
 
 log = logging.getLogger(__name__)
 

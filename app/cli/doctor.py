@@ -60,7 +60,7 @@ def run_doctor(settings: Settings, repair: bool = False) -> int:
             )
         )
     if model or kind == "openai":
-        ok, detail = offline_model_line()
+        ok, detail = offline_model_line(settings.model)
         print(line(ok, "offline model", detail, "make install"))
 
     from storage import StoreError, TraceStore
@@ -117,12 +117,13 @@ def _stranded_work_dirs(settings: Settings, repair: bool) -> bool:
 MIN_FREE_BYTES = 2 * 1024**3
 
 
-def offline_model_line() -> tuple[bool, str]:
-    """The default offline model (`agent-console models` lists them all): converted,
-    convertible, or missing."""
+def offline_model_line(named: str = "") -> tuple[bool, str]:
+    """The offline model `named` (one of `agent-console models`), else the default:
+    converted, convertible, or missing."""
     from agents.backends.offline import status_line
+    from agents.backends.registry import MODELS
 
-    return status_line()
+    return status_line(name=named) if named in MODELS else status_line()
 
 
 def _model_loads(settings: Settings) -> tuple[bool, str]:

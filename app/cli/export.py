@@ -106,10 +106,16 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 
     tokenize = None
     if args.dataset == "tokens":
-        from agents.backends import default_model
+        from agents.backends import BackendError, default_model, model_or_default
+        from agents.backends.registry import MODELS
         from training.datasets import hf_tokenizer
 
         model = args.tokenizer or settings.model or default_model(convert=False)
+        if model in MODELS:  # an offline model's name: its folder (converted when needed)
+            try:
+                model = model_or_default(model)
+            except BackendError as exc:
+                return fail(str(exc), exit_codes.MODEL)
         if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
             # a local folder that is not there: say so, before transformers' long search
             return fail(f"cannot load the tokenizer of {model!r}: no such folder", exit_codes.MODEL)

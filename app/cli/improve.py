@@ -65,6 +65,7 @@ fail = command_fail("improve")
 
 
 def run_improve(args: argparse.Namespace, settings: Settings) -> int:
+    from agents.backends import BackendError
     from training.improve import ImproveConfig, ImproveError
 
     if sum((args.family is not None, args.improve_resume is not None, args.improve_list)) != 1:
@@ -81,10 +82,12 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
                 ray=args.improve_ray,
                 epochs=args.epochs,
                 then=args.improve_then,
-                base_model=settings.model,
+                base_model=_base_model(settings.model),
             )
         except ImproveError as exc:
             return fail(str(exc), exit_codes.USAGE)
+        except BackendError as exc:  # an offline model that is not installed
+            return fail(str(exc), exit_codes.MODEL)
     store = open_store(settings, fail)
     if isinstance(store, int):
         return store
@@ -190,3 +193,12 @@ def _list(store: TraceStore) -> int:
         for this in run.state.get("rounds", []):
             print(f"  {round_line(this)}")
     return exit_codes.OK
+
+
+def _base_model(named: str) -> str:
+    """The model an improvement run trains: an offline model's name becomes its folder
+    (converted when needed); anything else as given ("": the default, resolved later)."""
+    from agents.backends import model_or_default
+    from agents.backends.registry import MODELS
+
+    return model_or_default(named) if named in MODELS else named
