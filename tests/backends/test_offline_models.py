@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from agents.backends import BackendError, offline
-from agents.backends.registry import DEFAULT, MODELS, OfflineModel
+from agents import forms, prompting
+from agents.backends.registry import DEFAULT, MODELS, OfflineModel, for_model
 from tests.support.tiny_gguf import chunk_packages, write_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,14 @@ def test_the_registry_is_consistent() -> None:
         else:  # installed with the project: every package pinned
             assert set(model.requirements) <= constraints, model.name
         assert len(offline.install_hint(model).splitlines()) == 1
+        # how the agent talks to it: a base model continues the document in callbacks,
+        # an instruction-tuned coder is asked in chat turns for scripts
+        assert (model.prompt, model.form) == (
+            ("chat", "script") if model.instruction_tuned else ("document", "callback")
+        )
+        assert model.prompt in prompting.STYLES and model.form in forms.FORMS
+        assert for_model(f"/somewhere/models/{model.name}/") is model
+    assert for_model("Qwen/Qwen2.5-0.5B-Instruct") is None
 
 
 def test_gemma_s_pins_are_what_its_own_package_checks() -> None:
