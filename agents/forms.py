@@ -10,7 +10,8 @@ runs for each.
   `# file: PATH` (the runtime writes the file). An evaluation block is a Python script
   that checks the work: exit status 0 passes. A first comment line names the block.
 
-Either way the block's text is stored as the model wrote it; `kernel_code` turns a
+A callback still runs as one in a session of scripts (an operator's habit, a scripted
+teacher's block). Either way the block's text is stored as it was written; `kernel_code` turns a
 script-form block into the callback the kernel runs, so the sandbox, the approval gate and
 the trace are the same for both. A fenced block (```python ... ```), as chat models write
 them, runs what is inside the fence.
@@ -85,11 +86,24 @@ def read_script(kind: str, body: str) -> Script:
     return Script(title, None, "\n".join(lines) + "\n" if lines else "")
 
 
+_METHOD = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}
+
+
+def form_of(kind: str, form: str, body: str) -> str:
+    """The form a block is written in: `form`, except that a callback (a block that
+    registers one, as an operator used to weave-agent may write) runs as one in a
+    session of scripts too."""
+    if form == SCRIPT and kind in SCRIPT_KINDS and blocks.registered_titles(body, _METHOD[kind]):
+        return CALLBACK
+    return form
+
+
 def title(kind: str, form: str, body: str) -> str | None:
     """The title the block registers (for summaries and the panel), if it shows one."""
+    form = form_of(kind, form, body)
     if form == SCRIPT and kind in SCRIPT_KINDS:
         return read_script(kind, body).title
-    method = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}.get(kind)
+    method = _METHOD.get(kind)
     titles = blocks.registered_titles(body, method) if method else []
     return titles[-1] if titles else None
 
@@ -97,6 +111,7 @@ def title(kind: str, form: str, body: str) -> str | None:
 def parse_error(kind: str, form: str, body: str) -> str | None:
     """None when the block's code parses (a file block's content is not code unless the
     file is a Python file), else the error in one line."""
+    form = form_of(kind, form, body)
     if form == SCRIPT and kind in SCRIPT_KINDS:
         script = read_script(kind, body)
         if script.path is not None and not script.path.endswith(".py"):
@@ -108,15 +123,17 @@ def parse_error(kind: str, form: str, body: str) -> str | None:
 def registers(kind: str, form: str, body: str) -> bool:
     """Whether a code block does what its kind must (a callback block calls its
     registration method; a script block always does)."""
+    form = form_of(kind, form, body)
     if form == SCRIPT and kind in SCRIPT_KINDS:
         return bool(read_script(kind, body).text.strip())
-    method = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}.get(kind)
+    method = _METHOD.get(kind)
     return method is None or method in body
 
 
 def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
     """The code the kernel runs for a block: the block itself (callback form), or a
     callback that runs the script (`timeout` seconds at most) or writes the file."""
+    form = form_of(kind, form, body)
     if form != SCRIPT or kind not in SCRIPT_KINDS:
         return body
     script = read_script(kind, body)

@@ -196,3 +196,15 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
     turn = retry[0].rsplit("<|im_start|>user\n", 1)[1]
     assert turn.startswith("The action failed:") and "Write the action for this task" in turn
     assert all(p.startswith("<|im_start|>system") for p in prompts)
+
+
+def test_a_callback_still_runs_as_one_in_a_session_of_scripts(kernel: Kernel) -> None:
+    body = 'def f(subagent):\n    subagent.write_file("x.txt", "1")\n    return 1\nself.add_action("One", f)'
+    assert forms.form_of(blocks.ACTION, forms.SCRIPT, body) == forms.CALLBACK
+    assert forms.title(blocks.ACTION, forms.SCRIPT, body) == "One"
+    title, result = run_action(kernel, body)
+    assert title == "One" and result.ok and result.value == 1
+    assert (kernel.workdir / "x.txt").read_text() == "1"
+    # a script that merely mentions the method is still a script
+    script = "# Print a word\nprint('self.add_action is a method')\n"
+    assert forms.form_of(blocks.ACTION, forms.SCRIPT, script) == forms.SCRIPT

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends import BackendError, offline
 from agents import forms, prompting
+from agents.backends import BackendError, offline
 from agents.backends.registry import DEFAULT, MODELS, OfflineModel, for_model
 from tests.support.tiny_gguf import chunk_packages, write_gguf
 
