@@ -3,11 +3,12 @@
 The weave trace is what is stored, shown, labelled and trained on, whatever the model.
 A base model continues the document itself (`document`): the prompt is the context and
 the forced header, and the yes/no questions follow the block as `#q:` lines. An
-instruction-tuned model is asked (`chat`): the system turn says what it is, the user turn
-holds the trace so far and what the next block is for, and its reply is the block's body;
-a question is asked the same way about the block as written. Both are deterministic from
-the stored trace, so a prompt re-renders for training exactly (`prompt_hash` is always
-the document's).
+instruction-tuned model is asked (`chat`): the system turn says what it is and holds the
+genesis; every block the model wrote is its reply to a user turn holding what the runtime
+reported since (observations, errors, outcomes) and what the block is for; the next block
+is asked for the same way (a code block's reply begun in a Python fence), and a question
+is a user turn after the reply. Both are rebuilt from the stored path, so a prompt
+re-renders for training exactly (`prompt_hash` is always the document's).
 """
 
 from __future__ import annotations
@@ -204,8 +205,8 @@ class _Shown:
 
 @dataclass(frozen=True, slots=True)
 class Prompter:
-    """Turns the document (the rendered context and a block's header) into what the
-    model is given, in one style."""
+    """What the model is given for a block or a question, in one style, for one form of
+    code block."""
 
     style: str
     form: str
@@ -251,16 +252,16 @@ class Prompter:
         if self.style == DOCUMENT:
             return ranking.question_prompt(document, body, question)
         assert self.render_chat is not None
-        turns = chat_turns(path, collapsed, self.form)
         asked = f"{question} Answer Yes or No."
         if kind in blocks.MODEL_KINDS:
-            turns = _asking(turns, ask(kind, self.form))
+            turns = block_turns(path, collapsed, kind, self.form)
             turns += [
                 {"role": "assistant", "content": reply(kind, body)},
                 {"role": "user", "content": asked},
             ]
         else:
             shown = _runtime_turn(_Shown(kind, body, path[-1].tick if path else 0))
+            turns = chat_turns(path, collapsed, self.form)
             turns = _asking(turns, f"{shown}\n\n{asked}" if body else asked)
         return self.render_chat(turns)
 
