@@ -134,6 +134,7 @@ def run(model_name: str, config: str, variants: list[Variant], args: argparse.Na
     total = {
         "sessions": len(rows),
         "solved": rate(sum(r["solved"] for r in rows), len(rows)),
+        "solved_in_1_tick": rate(sum(r["solved"] and r["ticks"] == 1 for r in rows), len(rows)),
         "actions_ran": rate(sum(r["actions_ran"] for r in rows), sum(r["actions"] for r in rows)),
         "orientations_named": rate(
             sum(r["orientations_named"] for r in rows), sum(r["orientations"] for r in rows)
