@@ -78,21 +78,46 @@ def build_dataset(store: TraceStore, job: Job, log: Callable[[str], None]) -> di
     return report
 
 
-def load_rows(path: Path, kind: JobKind, cache_dir: Path) -> Any:
+def load_rows(path: Path, kind: JobKind, cache_dir: Path, tokenizer: Any = None) -> Any:
     """The JSONL as a `datasets.Dataset` with only the columns trl trains on: raw-text
     prompt/completion (prompt/chosen/rejected), trl's standard non-conversational form,
-    so the loss falls on the completion only."""
+    so the loss falls on the completion only. A row of a block asked for in chat turns
+    (`training.datasets.chat_prompt`) becomes text through `tokenizer`'s chat template:
+    the prompt the turns rendered as the model saw them, the completion the reply with
+    the template's end of turn, so one job can mix both kinds of session."""
     import datasets
 
     datasets.disable_progress_bars()
-    rows = datasets.load_dataset(
-        "json", data_files=str(path), split="train", cache_dir=str(cache_dir)
-    )
     columns = {JobKind.SFT: SFT_COLUMNS, JobKind.DPO: DPO_COLUMNS, JobKind.KTO: KTO_COLUMNS}[kind]
-    missing = [c for c in columns if c not in rows.column_names]
-    if missing:
-        raise TrainingError(f"{path}: rows lack {', '.join(missing)}")
-    return rows.select_columns(list(columns))
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            row = json.loads(line)
+            missing = [c for c in columns if c not in row]
+            if missing:
+                raise TrainingError(f"{path}: row {number} lacks {', '.join(missing)}")
+            if isinstance(row["prompt"], list):
+                if tokenizer is None:
+                    raise TrainingError(f"{path}: chat rows need the model's tokenizer")
+                row = as_text(row, tokenizer)
+            rows.append({c: row[c] for c in columns})
+    if not rows:
+        raise TrainingError(f"{path}: no rows")
+    return datasets.Dataset.from_list(rows)
+
+
+def as_text(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+    """A conversational row as raw text through the model's chat template."""
+    turns = row["prompt"]
+    prompt = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    out = {**row, "prompt": prompt}
+    for name in ("completion", "chosen", "rejected"):
+        if name in row:
+            whole = tokenizer.apply_chat_template(turns + row[name], tokenize=False)
+            if not whole.startswith(prompt):
+                raise TrainingError("the chat template renders a reply apart from its prompt")
+            out[name] = whole[len(prompt) :]
+    return out
 
 
 def fit_prompts(rows: Any, tokenizer: Any, max_length: int) -> tuple[Any, int]:

@@ -154,8 +154,8 @@ def run_training(
 
     if settings.cpu_threads:
         torch.set_num_threads(settings.cpu_threads)
-    rows = load_rows(path, options.kind, folder / "hf-datasets")
     tokenizer = AutoTokenizer.from_pretrained(base)
+    rows = load_rows(path, options.kind, folder / "hf-datasets", tokenizer)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     rows, cut = fit_prompts(rows, tokenizer, options.max_length)

@@ -12,9 +12,10 @@ import pytest
 from agents import blocks, forms, prompting
 from agents.approval import Decision
 from agents.sandbox import CallResult, Kernel, Limits
-from storage import Author, NodeStatus, SessionStatus, TraceStore
+from storage import Author, JobKind, NodeStatus, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
-from training.datasets import iter_rows
+from training.datasets import iter_rows, write_jsonl
+from training.job_dataset import load_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -138,7 +139,9 @@ def test_the_chat_style_asks_for_the_block_through_the_template(backend: object)
 SCRIPT_SOLVE = "# Write the answer\nopen('answer.txt', 'w').write('42\\n')\nprint('wrote 42')\n"
 
 
-def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_path: Path) -> None:
+def test_a_session_of_script_blocks_through_chat_prompts(
+    backend: object, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """The tiny model's action fails as a script, the error is the report (no debug block),
     the retry is asked for right after it; the operator's script then solves the task."""
     failing = "# Read a missing file\nopen('missing.txt').read()\n"
@@ -190,6 +193,16 @@ def test_a_session_of_script_blocks_through_chat_prompts(backend: object, tmp_pa
         assert turns[-1]["role"] == "user" and turns[-1]["content"].startswith("The action failed:")
         assert turns[-1]["content"].endswith(prompting.ask(blocks.ACTION, forms.SCRIPT))
         assert {"role": "assistant", "content": f"```python\n{failing.rstrip()}\n```"} in turns
+        # a training job reads it as the text the model saw: the template's turns
+        data = tmp_path / "sft.jsonl"
+        write_jsonl(store, "sft", data, session_ids=[outcome.session_id])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    texts = load_rows(data, JobKind.SFT, tmp_path / "cache", tokenizer).to_list()
+    text = next(t for t in texts if SCRIPT_SOLVE.rstrip() in t["completion"])
+    assert text["prompt"] == backend.render_chat(turns)  # type: ignore[attr-defined]
+    assert text["completion"] == f"{reply}<|im_end|>\n"
     # the action after the failure was asked for right after the error, in the same turn
     retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]
