@@ -14,8 +14,8 @@ re-renders for training exactly (`prompt_hash` is always the document's).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents import blocks, forms, ranking
@@ -106,19 +106,19 @@ Messages = list[dict[str, str]]
 PROSE_TOKENS = 128
 
 
-def _runtime_turn(node: Node) -> str:
-    """A block the runtime wrote, as the user turn says it."""
-    text = node.text
-    limit = node.meta.get(blocks.CONTEXT_CHARS_META)
+def _runtime_turn(kind: str, text: str, tick: int, meta: Mapping[str, object] | None = None) -> str:
+    """A block the runtime wrote (or is about to), as the user turn says it."""
+    meta = meta or {}
+    limit = meta.get(blocks.CONTEXT_CHARS_META)
     if isinstance(limit, int) and len(text) > limit:
         text = blocks.clip_body(text, limit)
-    if node.kind == blocks.OBSERVATION:
-        return f"Observation ({node.meta.get('title') or 'untitled'}):\n{text}"
-    if node.kind == blocks.ERROR:
+    if kind == blocks.OBSERVATION:
+        return f"Observation ({meta.get('title') or 'untitled'}):\n{text}"
+    if kind == blocks.ERROR:
         return f"The action failed:\n{text.strip()[-ERROR_CHARS:]}"
-    if node.kind == blocks.OUTCOME:
-        return f"The outcome of tick {node.tick}:\n{text}"
-    if node.kind == blocks.OPTION:
+    if kind == blocks.OUTCOME:
+        return f"The outcome of tick {tick}:\n{text}"
+    if kind == blocks.OPTION:
         return f"Do the observation views need to change? {text}"
     return text
 
@@ -149,7 +149,7 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
                 messages.append({"role": "assistant", "content": reply(node.kind, node.text)})
                 pending = []
             else:
-                pending.append(_runtime_turn(node))
+                pending.append(_runtime_turn(node.kind, node.text, node.tick, node.meta))
     messages.append({"role": "user", "content": "\n\n".join(pending)})
     return messages
 
@@ -191,16 +191,6 @@ def _asking(messages: Messages, text: str) -> Messages:
     last = messages[-1]
     content = f"{last['content']}\n\n{text}" if last["content"] else text
     return [*messages[:-1], {"role": "user", "content": content}]
-
-
-@dataclass(frozen=True, slots=True)
-class _Shown:
-    """A runtime block not yet stored, as a question about it shows it."""
-
-    kind: str
-    text: str
-    tick: int
-    meta: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +250,7 @@ class Prompter:
                 {"role": "user", "content": asked},
             ]
         else:
-            shown = _runtime_turn(_Shown(kind, body, path[-1].tick if path else 0))
+            shown = _runtime_turn(kind, body, path[-1].tick if path else 0)
             turns = chat_turns(path, collapsed, self.form)
             turns = _asking(turns, f"{shown}\n\n{asked}" if body else asked)
         return self.render_chat(turns)
