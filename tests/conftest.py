@@ -216,7 +216,7 @@ def gemma_dir() -> Path:
     from agents.backends.offline import ensure_model, models_dir
 
     root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
-    return ensure_model(root=root)
+    return ensure_model(root=root, name="gemma-3-270m")
 
 
 @pytest.fixture(scope="session")
