@@ -92,6 +92,7 @@ def one_tick(backend: Any, folder: Path) -> float:
     options = session_options(
         Settings(), backend, task, approval="auto", memory=False, max_ticks=1, seed=0
     )
+    folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with TraceStore(folder / "t.db") as store:
         Runtime(store, backend, task, options, sessions_dir=folder / "s").run()

@@ -4,7 +4,6 @@ entry gives (chat turns, script blocks)."""
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -14,13 +13,11 @@ import pytest
 from agents import blocks, forms
 from agents.backends import registry
 from storage import Author, NodeStatus, TraceStore
-from tests.app.test_cli import SCRIPT, _spawn
+from tests.support.real_tick import headless_tick
 
 pytestmark = [pytest.mark.real, pytest.mark.cli, pytest.mark.timeout(900)]
 #: The most seconds a block may take to its first streamed tokens on a 2-core CI machine.
 FIRST_TOKENS_S = 30.0
-#: the seconds since the session started, which leads each progress line of --query
-ELAPSED = re.compile(r"^ *\d+\.\d s  ")
 
 
 def test_a_tick_of_the_default_model(qwen_dir: Path, tmp_path: Path) -> None:
@@ -28,38 +25,8 @@ def test_a_tick_of_the_default_model(qwen_dir: Path, tmp_path: Path) -> None:
     within seconds, and the chosen action ran in the sandbox as a script or a file; the
     blocks say how they were asked for, and the runtime wrote every report."""
     assert qwen_dir.name == registry.DEFAULT
-    db = tmp_path / "traces.db"
-    command = [
-        str(SCRIPT),
-        "--db",
-        str(db),
-        "--backend",
-        "transformers",
-        "--model",
-        str(qwen_dir),
-        "--query",
-        "",
-        "--task",
-        "family:text_edit:2",
-        "--approval",
-        "auto",
-        "--max-ticks",
-        "1",
-        "--candidates",
-        "2",
-        "--attempts",
-        "1",
-        "--memory",
-        "off",
-    ]
     started = time.monotonic()
-    process = _spawn(command, tmp_path)
-    assert process.stderr is not None
-    lines: list[str] = []
-    for line in process.stderr:
-        lines.append(ELAPSED.sub("", line.rstrip("\n")))
-        sys.stderr.write(line)
-    process.wait(timeout=60)
+    lines, db = headless_tick(qwen_dir, "family:text_edit:2", tmp_path)
     text = "\n".join(lines)
     assert "Traceback" not in text
     first = next(line for line in lines if line.startswith("session 1: qwen2.5-coder-0.5b"))

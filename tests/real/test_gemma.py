@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -19,15 +17,11 @@ import pytest
 from agents import blocks
 from agents.backends import offline
 from storage import NodeStatus
-from tests.app.test_cli import SCRIPT, _spawn
+from tests.support.real_tick import headless_tick
 
 pytestmark = [pytest.mark.real, pytest.mark.cli, pytest.mark.timeout(900)]
 #: The most seconds a block may take to its first streamed tokens on a 2-core CI machine.
 FIRST_TOKENS_S = 30.0
-
-
-#: the seconds since the session started, which leads each progress line of --query
-ELAPSED = re.compile(r"^ *\d+\.\d s  ")
 
 
 def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> None:
@@ -57,56 +51,24 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
 @pytest.mark.slow  # the default is the coder now (tests/real/test_coder.py)
 def test_a_tick_of_the_real_model_through_the_sandbox(gemma_dir: Path, tmp_path: Path) -> None:
     """One headless tick on the base model with the product's defaults for a CPU (fewer
-    candidates and one try at the action, to keep the suite short): the first tokens reach stderr within seconds,
-    the session's first line says the choices, and every chosen code block parses and
-    registers its callback."""
-    db = tmp_path / "traces.db"
-    command = [
-        str(SCRIPT),
-        "--db",
-        str(db),
-        "--backend",
-        "transformers",
-        "--model",
-        str(gemma_dir),
-        "--query",
-        "",
-        "--task",
-        "csv_summary",
-        "--approval",
-        "auto",
-        "--max-ticks",
-        "1",
-        "--candidates",
-        "2",
-        "--attempts",
-        "1",
-        "--memory",
-        "off",
-    ]
-    started = time.monotonic()
-    process = _spawn(command, tmp_path)
-    assert process.stderr is not None
-    lines: list[tuple[float, str]] = []
-    for line in process.stderr:
-        # a progress line leads with the seconds since the session started: dropped here
-        lines.append((time.monotonic() - started, ELAPSED.sub("", line.rstrip("\n"))))
-        sys.stderr.write(line)
-    process.wait(timeout=60)
-    text = "\n".join(line for _, line in lines)
+    candidates and one try at the action, to keep the suite short): the first tokens reach
+    stderr within seconds, the session's first line says the choices, and every chosen code
+    block parses and registers its callback."""
+    lines, db = headless_tick(gemma_dir, "csv_summary", tmp_path)
+    text = "\n".join(line for line in lines)
     assert "Traceback" not in text
-    first = next(line for _, line in lines if line.startswith("session 1: gemma-3-270m"))
+    first = next(line for line in lines if line.startswith("session 1: gemma-3-270m"))
     assert "2 candidates a block" in first and "example tick on" in first
     assert "grammar on" in first
     # the first tokens of the first block, then a rate for each block
-    streamed = [line for _, line in lines if "to the first tokens" in line]
+    streamed = [line for line in lines if "to the first tokens" in line]
     assert streamed and streamed[0].startswith("tick 1 orientation: sampling 2 candidates")
     seconds = float(streamed[0].split("(")[1].split(" s to")[0])
     # Within seconds, not minutes (the bug was 12 minutes of silence): 1.8 s in bf16 on a
     # CPU with native bf16, 8-9 s in float32 on a 2-core AMD EPYC with AVX2 only, where the
     # ~1,900-token prefill is most of it; a loaded CI machine of that kind needs the margin.
     assert seconds < FIRST_TOKENS_S, streamed[0]
-    assert any("tokens/s" in line for _, line in lines)
+    assert any("tokens/s" in line for line in lines)
 
     from storage import NodeStatus, TraceStore
 
