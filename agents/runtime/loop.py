@@ -143,7 +143,8 @@ class Runtime(TickSteps):
         )
 
     def _first_start(self) -> None:
-        self._set_aside_stale_workdir()
+        if self.resume_id is None:  # a session resumed before its first block keeps its own
+            self._set_aside_stale_workdir()
         self.workdir.mkdir(parents=True, exist_ok=True)
         seed_workdir(self.task, self.workdir)
         self._start_kernel()
