@@ -99,6 +99,17 @@ def one_tick(backend: Any, folder: Path) -> float:
     return time.perf_counter() - started
 
 
+def measure(backend: Any, ready: float, folder: Path, runs: int) -> dict[str, Any]:
+    """A backend that took `ready` seconds to load or answer: its first tick from nothing,
+    then its rates."""
+    tick = one_tick(backend, folder)
+    return {
+        "ready_s": round(ready, 1),
+        "first_tick_from_nothing_s": round(ready + tick, 1),
+        **rates(backend, runs),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -115,12 +126,7 @@ def main() -> None:
         started = time.perf_counter()
         local = TransformersBackend(str(folder))
         loaded = time.perf_counter() - started
-        tick = one_tick(local, work / "local-tick")
-        results["in_process"] = {
-            "load_s": round(loaded, 1),
-            "first_tick_from_nothing_s": round(loaded + tick, 1),
-            **rates(local, args.runs),
-        }
+        results["in_process"] = measure(local, loaded, work / "local-tick", args.runs)
         local.close()
         print(json.dumps({"in_process": results["in_process"]}), flush=True)
 
@@ -135,12 +141,7 @@ def main() -> None:
         ) as server:
             ready = time.perf_counter() - started
             remote = OpenAIBackend(server.base_url, args.model, timeout=600)
-            tick = one_tick(remote, work / "server-tick")
-            results["server"] = {
-                "ready_s": round(ready, 1),
-                "first_tick_from_nothing_s": round(ready + tick, 1),
-                **rates(remote, args.runs),
-            }
+            results["server"] = measure(remote, ready, work / "server-tick", args.runs)
             remote.close()
         print(json.dumps({"server": results["server"]}), flush=True)
     local_tick = results["in_process"]["first_tick_from_nothing_s"]
