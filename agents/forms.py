@@ -19,6 +19,7 @@ them, runs what is inside the fence.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -130,6 +131,28 @@ def registers(kind: str, form: str, body: str) -> bool:
     return method is None or method in body
 
 
+_QUIET = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass)
+
+
+def inert(kind: str, form: str, body: str) -> bool:
+    """Whether a script-form block does nothing when run: it parses, and its top level is
+    only imports, definitions and constants (a function written and never called)."""
+    if form_of(kind, form, body) != SCRIPT or kind not in SCRIPT_KINDS:
+        return False
+    script = read_script(kind, body)
+    if script.path is not None:
+        return False
+    try:
+        tree = ast.parse(script.text)
+    except (SyntaxError, ValueError):
+        return False
+    return all(
+        isinstance(node, _QUIET)
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        for node in tree.body
+    )
+
+
 def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
     """The code the kernel runs for a block: the block itself (callback form), or a
     callback that runs the script (`timeout` seconds at most) or writes the file."""
@@ -147,7 +170,7 @@ def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
         )
     verdict = (
         "    if done['returncode'] != 0:\n"
-        "        raise RuntimeError(f\"the script exited with status {done['returncode']}\"\n"
+        f"        raise RuntimeError({SCRIPT_FAILED!r} + str(done['returncode'])\n"
         "                           + (':\\n' + done['stderr'] if done['stderr'] else ''))\n"
         "    print(done['stderr'], end='', file=sys.stderr)\n"
         "    return done['stdout'] or '(the script printed nothing)'\n"
@@ -159,10 +182,35 @@ def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
     return (
         f"def _script(subagent, _code={script.text!r}):\n"
         "    import sys\n"
-        f"    done = subagent.run([sys.executable, '-c', _code], timeout={timeout!r})\n"
+        f"    done = subagent.run([sys.executable, '-c', {_RUNNER!r}, _code], timeout={timeout!r})\n"
         f"{verdict}"
         f"self.{method}({script.title!r}, _script)\n"
     )
+
+
+#: What a failed script's error starts with, after the exception's name.
+SCRIPT_FAILED = "the script exited with status "
+#: How a script runs (`python3 -c RUNNER CODE`): as the file `script.py`, so that its
+#: traceback shows its own failing lines, and without the runner's frame.
+_RUNNER = """import linecache, sys, traceback
+_code = sys.argv.pop(1)
+sys.argv[0] = "script.py"
+linecache.cache["script.py"] = (len(_code), None, _code.splitlines(True), "script.py")
+def _report(kind, value, tb):
+    traceback.print_exception(kind, value, tb.tb_next if tb is not None else tb)
+sys.excepthook = _report
+exec(compile(_code, "script.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+
+
+def error_report(error: str) -> str:
+    """What a failed block's error says to the model and the operator: for a script, its
+    exit status and its own stderr (the runtime's wrapper frame left out)."""
+    at = error.find(f"RuntimeError: {SCRIPT_FAILED}")
+    if at < 0:
+        return error
+    report = error[at + len("RuntimeError: ") :].rstrip()
+    return report[0].upper() + report[1:] + "\n"
 
 
 #: The observation view a session of script blocks starts with: the work directory's
@@ -188,6 +236,9 @@ def _work_directory(subagent, _total=3000, _each=1200):
             if size + len(text) > _total:
                 text = "[text not shown: the view is full]"
             size += len(text)
+            if not text.strip():
+                shown.append(f"--- {path} (empty)")
+                continue
             shown.append(f"--- {path}\\n{text.rstrip()}")
     return "\\n".join(shown) or "(the work directory is empty)"
 self.add_observation_view("Work directory", _work_directory)

@@ -37,8 +37,8 @@ SYSTEM = (
 #: What each block is for, as the model is asked for it, by form.
 _ASK = {
     blocks.ORIENTATION: (
-        "Write the orientation: in two or three sentences of your own, what the task needs "
-        "next and what this tick's action will do."
+        "Write the orientation: in two or three sentences of your own, what this tick's "
+        "action will do, naming each file it reads and each file it writes."
     ),
     blocks.EXPECTATION: (
         "Write the expectation: in one or two sentences, how you will know whether the "

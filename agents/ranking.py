@@ -28,6 +28,8 @@ EMPTY_PENALTY = -3.0
 #: a copy (`pick`).
 REPEAT_PENALTY = -4.0
 LINT_PENALTY = -0.5
+#: A script that only defines things (a function never called) does nothing when run.
+INERT_PENALTY = -2.0
 REPEAT_SIMILARITY = 0.9
 #: A candidate is a copy when this share of its text lies in passages of `COPY_WINDOW`
 #: characters found verbatim in earlier text (a copied task reminder, an example block).
@@ -56,7 +58,8 @@ def penalties(
     kind: str, body: str, earlier: Sequence[str], form: str = forms.CALLBACK
 ) -> dict[str, float]:
     """Penalty parts for one candidate: empty text, code that does not parse, a code
-    block that registers nothing, a near-copy of an earlier block of the same kind."""
+    block that registers nothing, a script that does nothing when run, a near-copy of an
+    earlier block of the same kind."""
     parts: dict[str, float] = {}
     text = body.strip()
     if not text:
@@ -68,6 +71,8 @@ def penalties(
             parts["syntax"] = SYNTAX_PENALTY
         elif kind in REQUIRED_CALL and not forms.registers(kind, form, body):
             parts["lint"] = LINT_PENALTY
+        elif forms.inert(kind, form, body):
+            parts["inert"] = INERT_PENALTY
     if is_copy(text, earlier):
         parts["repetition"] = REPEAT_PENALTY
     return parts

@@ -81,8 +81,9 @@ class GateSteps(Sampling, KernelHost):
             self._update(chosen, NodeStatus.FAILED, result)
             state.failed_attempts += 1
             attempts += 1
-            missed = f"action #{chosen.id} failed: {last_line(result.error or 'no error text')}"
-            self._runtime_block(blocks.ERROR, result.error or "the action failed", state.tick)
+            error = forms.error_report(result.error or "the action failed")
+            missed = f"action #{chosen.id} failed: {last_line(error)}"
+            self._runtime_block(blocks.ERROR, error, state.tick)
             # A script's error is its own report: the model writes the next try after it.
             if attempts < self.options.attempts and self.options.form == forms.CALLBACK:
                 self._generate(blocks.DEBUG, state.tick)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import blocks, forms, prompting
+from agents import blocks, forms, prompting, ranking
 from agents.approval import Decision
 from agents.sandbox import CallResult, Kernel, Limits
 from storage import Author, JobKind, NodeStatus, SessionStatus, TraceStore
@@ -221,3 +221,31 @@ def test_a_callback_still_runs_as_one_in_a_session_of_scripts(kernel: Kernel) ->
     # a script that merely mentions the method is still a script
     script = "# Print a word\nprint('self.add_action is a method')\n"
     assert forms.form_of(blocks.ACTION, forms.SCRIPT, script) == forms.SCRIPT
+
+
+def test_a_failing_script_reports_its_own_line_and_no_wrapper(kernel: Kernel) -> None:
+    """The error the model retries after is the script's: its status, its traceback with
+    its own failing line, and none of the runtime's wrapper."""
+    _, result = run_action(kernel, "import os\nrows = 3\nprint(undefined_name + rows)\n")
+    assert not result.ok
+    report = forms.error_report(result.error or "")
+    assert report.startswith("The script exited with status 1:\n")
+    assert 'File "script.py", line 3, in <module>' in report
+    assert "print(undefined_name + rows)" in report
+    assert "NameError: name 'undefined_name' is not defined" in report
+    assert "done[" not in report and "RuntimeError" not in report and "<string>" not in report
+    # a script that does not parse says where, and an error of another kind is kept
+    _, broken = run_action(kernel, "x = (1,\n")
+    assert 'File "script.py", line 1' in forms.error_report(broken.error or "")
+    assert forms.error_report("ValueError: bad\n") == "ValueError: bad\n"
+
+
+def test_a_script_that_only_defines_a_function_is_inert() -> None:
+    defines = "import csv\n\ndef write_out():\n    open('out.csv', 'w').write('x')\n"
+    assert forms.inert(blocks.ACTION, forms.SCRIPT, defines)
+    assert not forms.inert(blocks.ACTION, forms.SCRIPT, defines + "\nwrite_out()\n")
+    assert not forms.inert(blocks.ACTION, forms.SCRIPT, "# file: a.py\ndef f():\n    pass\n")
+    assert not forms.inert(blocks.ACTION, forms.CALLBACK, defines)
+    parts = ranking.penalties(blocks.ACTION, defines, [], forms.SCRIPT)
+    assert parts == {"inert": ranking.INERT_PENALTY}
+    assert ranking.penalties(blocks.ACTION, defines + "write_out()\n", [], forms.SCRIPT) == {}
