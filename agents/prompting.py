@@ -37,8 +37,8 @@ SYSTEM = (
 #: What each block is for, as the model is asked for it, by form.
 _ASK = {
     blocks.ORIENTATION: (
-        "Write the orientation: in two or three sentences of your own, what this tick's "
-        "action will do, naming each file it reads and each file it writes."
+        "Write the orientation: two or three plain sentences (no list) saying what this "
+        "tick's action will do and the files it reads and writes."
     ),
     blocks.EXPECTATION: (
         "Write the expectation: in one or two sentences, how you will know whether the "
@@ -68,8 +68,9 @@ _ASK_CODE = {
     },
     forms.SCRIPT: {
         blocks.ACTION: (
-            "Write the action for this task: the whole new content of one file, after a "
-            "first line `# file: PATH`, or a Python script that does the work."
+            "Write the action for this task: a Python script that does the work (it runs "
+            "with python3 in the work directory), or, to fix a Python source file, its whole "
+            "new content after a first line `# file: PATH`."
         ),
         blocks.EVALUATION: (
             "Write the evaluation: a Python script that fails (an assert) unless the task is done."

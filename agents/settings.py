@@ -112,8 +112,9 @@ class Settings(BaseModel):
     or the whole new content of one file after a `# file: PATH` line; an evaluation script
     passes by exiting 0). Unset: as the offline model's registry entry says, else callbacks."""
 
-    temperature: float = Field(default=0.8, ge=0)
-    """Sampling temperature for the model's blocks."""
+    temperature: float | None = Field(default=None, ge=0)
+    """Sampling temperature for the model's blocks. Unset: as the offline model's registry
+    entry says (the coders 0.3), else 0.8."""
 
     block_tokens: int | None = Field(default=None, ge=8)
     """The most tokens one block may take; a block that reaches it is closed as truncated.

@@ -53,11 +53,15 @@ DOCUMENT = {
 CONFIGS: dict[str, dict[str, Any]] = {"defaults": {}, "document": DOCUMENT}
 
 
-def held_out(count: int, first: int = 0) -> list[Variant]:
-    """`count` held-out variants of each family, from the `first`-th held-out seed on."""
+def held_out(count: int, first: int = 0, teaching_set: bool = False) -> list[Variant]:
+    """`count` held-out variants of each family, from the `first`-th held-out seed on
+    (`teaching_set`: teaching variants instead, to try prompts on; never a figure)."""
     out = []
     for family in family_names():
         teaching, seeds = split(family)
+        if teaching_set:
+            out += [variant(family, seed) for seed in teaching[first : first + count]]
+            continue
         chosen = seeds[first : first + count]
         assert not set(chosen) & set(teaching), "a held-out seed is a teaching seed"
         out += [variant(family, seed) for seed in chosen]
@@ -167,9 +171,12 @@ def main() -> None:
         "--first", type=int, default=2, help="skip this many held-out seeds of each family"
     )
     parser.add_argument("--ticks", type=int, default=3)
+    parser.add_argument(
+        "--teaching", action="store_true", help="teaching variants, to try prompts on"
+    )
     parser.add_argument("--work", type=Path, default=Path(".bench/coder"))
     args = parser.parse_args()
-    variants = held_out(args.held_out, args.first)
+    variants = held_out(args.held_out, args.first, args.teaching)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "ticks": args.ticks}
     for model_name in args.models.split(","):
         for config in args.configs.split(","):

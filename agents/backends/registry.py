@@ -62,6 +62,8 @@ class OfflineModel:
     #: the form of code block it is asked for ("callback" or "script", `agents.forms`)
     prompt: str = "document"
     form: str = "callback"
+    #: the sampling temperature its blocks are drawn at (raw logits over it, no top-p)
+    temperature: float = 0.8
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -71,6 +73,12 @@ class OfflineModel:
     @property
     def kind(self) -> str:
         return "instruct" if self.instruction_tuned else "base"
+
+
+#: The coders' temperature. At 0.8 over the whole vocabulary a 0.5B coder's scripts drift
+#: (misspelt names, undefined helpers) and most fail; its maker samples at 0.7 with top-p
+#: 0.8, which the agent does not apply (logprobs stay those of the raw distribution).
+CODER_TEMPERATURE = 0.3
 
 
 def _chunks(
@@ -145,6 +153,7 @@ QWEN_CODER_0_5B = OfflineModel(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     prompt="chat",
     form="script",
+    temperature=CODER_TEMPERATURE,
 )
 
 QWEN_CODER_1_5B = OfflineModel(
@@ -192,6 +201,7 @@ QWEN_CODER_1_5B = OfflineModel(
     extra="coder-1-5b",
     prompt="chat",
     form="script",
+    temperature=CODER_TEMPERATURE,
 )
 
 #: Every model the project can have with no download, in the order `models` lists them.

@@ -70,7 +70,8 @@ class RunOptions:
         """The sampling choices in one line (a session's first line says them)."""
         rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
         return (
-            f"{self.candidates} candidates a block, escalation {rounds}, "
+            f"{self.candidates} candidates a block at temperature {self.temperature:g}, "
+            f"escalation {rounds}, "
             f"{self.block_tokens} tokens a block, {self.prompt} prompts, {self.form} blocks, "
             f"example tick {'on' if self.example else 'off'}, "
             f"grammar {'on' if self.constrain else 'off'}"
@@ -91,7 +92,8 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
     round costs a whole block again: no escalation, 256 tokens (a block of the example's
     kind is under 150). On a GPU or a server: one round of 8 more when the best is weak.
     An offline model of the registry is prompted as its entry says (an instruction-tuned
-    coder: chat turns, script blocks, 4 candidates on a CPU, no example tick, no grammar);
+    coder: chat turns, script blocks, its temperature, 4 candidates on a CPU, no example
+    tick, no grammar);
     any other model as a document with callback blocks. A toy model keeps the plumbing
     tests' defaults."""
     toy = {
@@ -119,6 +121,7 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
             "constrain": False,
             "prompt": entry.prompt,
             "form": entry.form,
+            "temperature": entry.temperature,
         }
     return {
         "candidates": 8,

@@ -224,7 +224,7 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--escalation", str, "N,N", "more candidates per round while the best is weak (by device)"),
     ("--rank-threshold", float, "SCORE", "best score that stops escalation (1.0)"),
     ("--pick", str, "best|softmax", "how the chosen candidate is picked (best)"),
-    ("--temperature", float, "T", "sampling temperature (0.8)"),
+    ("--temperature", float, "T", "sampling temperature (0.8; the offline coders 0.3)"),
     ("--block-tokens", int, "N", "most tokens one block may take (256 on a CPU, else 512)"),
     ("--example", str, "on|off", "a worked example tick before the session (on, real models)"),
     ("--constrain", str, "on|off", "grammar-constrained code blocks (on, real models)"),

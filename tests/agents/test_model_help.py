@@ -193,6 +193,7 @@ def test_sampling_defaults_follow_the_model(backend: object, tmp_path: Path) -> 
     chosen = RunOptions.from_settings(named, backend)  # type: ignore[arg-type]
     assert (chosen.candidates, chosen.escalation, chosen.example) == (2, (), True)
     assert chosen.describe() == (
-        "2 candidates a block, escalation none, 512 tokens a block, document prompts, "
+        "2 candidates a block at temperature 0.8, escalation none, 512 tokens a block, "
+        "document prompts, "
         "callback blocks, example tick on, grammar off"
     )

@@ -31,7 +31,8 @@ def test_a_tick_of_the_default_model(qwen_dir: Path, tmp_path: Path) -> None:
     assert "Traceback" not in text
     first = next(line for line in lines if line.startswith("session 1: qwen2.5-coder-0.5b"))
     assert "(offline, instruct)" in first
-    assert "2 candidates a block" in first and "chat prompts, script blocks" in first
+    assert "2 candidates a block at temperature 0.3" in first
+    assert "chat prompts, script blocks" in first
     streamed = [line for line in lines if "to the first tokens" in line]
     assert streamed and streamed[0].startswith("tick 1 orientation: sampling 2 candidates")
     seconds = float(streamed[0].split("(")[1].split(" s to")[0])
