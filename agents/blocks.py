@@ -368,9 +368,8 @@ The task:
 {prompt}
 
 You work in ticks of blocks; the runtime writes each block's header and runs your code in
-a sandbox. An action block is a Python script run with python3 in the work directory
-(what it prints is its result) or, to fix a Python source file, that file's whole new
-content after a first line `# file: PATH`. An evaluation block is a Python script that exits with status 0 when the
+a sandbox. An action block is a complete Python program run in the work directory
+(what it prints is its result). An evaluation block is a Python script that exits with status 0 when the
 work is right. Start a script with a `#` comment naming what it does.
 The work directory is {workdir}; it holds: {files}.
 The task is checked by: {checks}.

@@ -6,8 +6,9 @@ runs for each.
   block, then calls the function.
 - `script`: what a small coder already writes. An action block is either a Python
   script, run as `python3` in the work directory (what it prints is its result; a
-  non-zero exit status fails it), or the whole new content of one file, its first line
-  `# file: PATH` (the runtime writes the file). An evaluation block is a Python script
+  non-zero exit status fails it), or the whole new content of files, each after a line
+  `# PATH` or `# file: PATH` (the runtime writes each file whose content it changes, and
+  fails the block when it changes none). An evaluation block is a Python script
   that checks the work: exit status 0 passes. A first comment line names the block.
 
 A callback still runs as one in a session of scripts (an operator's habit, a scripted
@@ -32,7 +33,11 @@ FORMS = (CALLBACK, SCRIPT)
 #: The kinds whose code the script form changes (observation views stay callbacks).
 SCRIPT_KINDS = frozenset({blocks.ACTION, blocks.EVALUATION})
 
-_FILE_LINE = re.compile(r"^#\s*file:\s*(\S+)\s*$")
+#: A line that starts a file's content in an action block: `# file: PATH` or `# PATH`
+#: (a path with an extension, as the work directory's view lists them).
+_FILE_LINE = re.compile(
+    r"^#\s*(?:file:\s*(\S+)|([\w.-]+(?:/[\w.-]+)*\.[A-Za-z0-9]+)(?:\s*\(empty\))?)\s*$"
+)
 _FENCE = re.compile(r"^```[\w+-]*\s*$")
 #: A script's title: its first comment line, cut to this many characters.
 TITLE_CHARS = 80
@@ -40,12 +45,17 @@ TITLE_CHARS = 80
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """A script-form block read: its title, the file it writes (a file block) or None
-    (a script), and the code or the file's content."""
+    """A script-form block read: its title, and either the files it writes (a file
+    block: each path and its content; `text` the first file's) or its code (a script)."""
 
     title: str
-    path: str | None
     text: str
+    files: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def path(self) -> str | None:
+        """The first file a file block writes; None for a script."""
+        return self.files[0][0] if self.files else None
 
 
 def unfenced(body: str) -> str:
@@ -71,10 +81,10 @@ def read_script(kind: str, body: str) -> Script:
     lines = text.splitlines()
     while lines and not lines[0].strip():
         lines.pop(0)
-    if kind == blocks.ACTION and lines and (match := _FILE_LINE.match(lines[0].strip())):
-        path = match[1]
-        content = "\n".join(unfenced("\n".join(lines[1:])).splitlines())
-        return Script(f"Write {path}", path, content + "\n" if content else "")
+    if kind == blocks.ACTION and lines and _FILE_LINE.match(lines[0].strip()):
+        files = _file_sections(lines)
+        names = ", ".join(path for path, _ in files)
+        return Script(f"Write {names}"[:TITLE_CHARS], files[0][1], files)
     title = ""
     for line in lines:
         stripped = line.strip()
@@ -84,7 +94,24 @@ def read_script(kind: str, body: str) -> Script:
             title = stripped.lstrip("#").strip()
         break
     title = title[:TITLE_CHARS] or ("the script" if kind == blocks.ACTION else "the check script")
-    return Script(title, None, "\n".join(lines) + "\n" if lines else "")
+    return Script(title, "\n".join(lines) + "\n" if lines else "")
+
+
+def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
+    """A file block's files: each `# PATH` line and the lines up to the next one (a
+    fence around a file's content read through)."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in lines:
+        match = _FILE_LINE.match(line.strip())
+        if match:
+            sections.append((match[1] or match[2], []))
+        else:
+            sections[-1][1].append(line)
+    files: dict[str, str] = {}
+    for path, body in sections:
+        content = "\n".join(unfenced("\n".join(body)).splitlines()).strip("\n")
+        files[path] = content + "\n" if content else ""
+    return tuple(files.items())
 
 
 _METHOD = {blocks.ACTION: "add_action", blocks.EVALUATION: "add_evaluation"}
@@ -115,8 +142,9 @@ def parse_error(kind: str, form: str, body: str) -> str | None:
     form = form_of(kind, form, body)
     if form == SCRIPT and kind in SCRIPT_KINDS:
         script = read_script(kind, body)
-        if script.path is not None and not script.path.endswith(".py"):
-            return None
+        if script.files:  # a Python file's content is code; any other file's is text
+            errors = (blocks.parse_error(t) for p, t in script.files if p.endswith(".py"))
+            return next((e for e in errors if e is not None), None)
         return blocks.parse_error(script.text)
     return blocks.parse_error(body)
 
@@ -140,7 +168,7 @@ def inert(kind: str, form: str, body: str) -> bool:
     if form_of(kind, form, body) != SCRIPT or kind not in SCRIPT_KINDS:
         return False
     script = read_script(kind, body)
-    if script.path is not None:
+    if script.files:
         return False
     try:
         tree = ast.parse(script.text)
@@ -153,20 +181,37 @@ def inert(kind: str, form: str, body: str) -> bool:
     )
 
 
-def kernel_code(kind: str, form: str, body: str, timeout: float) -> str:
+def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: bool = False) -> str:
     """The code the kernel runs for a block: the block itself (callback form), or a
-    callback that runs the script (`timeout` seconds at most) or writes the file."""
+    callback that runs the script (`timeout` seconds at most) or writes the files (those
+    of a block the token limit cut, but the last, cut one)."""
     form = form_of(kind, form, body)
     if form != SCRIPT or kind not in SCRIPT_KINDS:
         return body
     script = read_script(kind, body)
     method = "add_action" if kind == blocks.ACTION else "add_evaluation"
-    if script.path is not None:
+    if script.files:
+        files = script.files[:-1] if truncated else script.files
         return (
-            f"def _write_file(subagent, _path={script.path!r}, _text={script.text!r}):\n"
-            "    subagent.write_file(_path, _text)\n"
-            "    return f'wrote {_path} ({len(_text.splitlines())} lines)'\n"
-            f"self.{method}({script.title!r}, _write_file)\n"
+            f"def _write_files(subagent, _files={files!r}, _cut={truncated!r}):\n"
+            "    wrote, same = [], []\n"
+            "    for path, text in _files:\n"
+            "        try:\n"
+            "            old = subagent.read_file(path)\n"
+            "        except (OSError, ValueError):\n"
+            "            old = None\n"
+            "        if old is not None and old.split() == text.split():\n"
+            "            same.append(path)\n"
+            "            continue\n"
+            "        subagent.write_file(path, text)\n"
+            "        wrote.append(f'{path} ({len(text.splitlines())} lines)')\n"
+            "    if not wrote:\n"
+            "        raise RuntimeError('no file changed' + (': ' + ', '.join(same) + ' as it was'\n"
+            "            if same else '') + ('; the block was cut before its last file ended'\n"
+            "            if _cut else ''))\n"
+            "    return 'wrote ' + ', '.join(wrote) + (\n"
+            "        '; as it was: ' + ', '.join(same) if same else '')\n"
+            f"self.{method}({script.title!r}, _write_files)\n"
         )
     verdict = (
         "    if done['returncode'] != 0:\n"

@@ -37,8 +37,8 @@ SYSTEM = (
 #: What each block is for, as the model is asked for it, by form.
 _ASK = {
     blocks.ORIENTATION: (
-        "Write the orientation: two or three plain sentences (no list) saying what this "
-        "tick's action will do and the files it reads and writes."
+        "In one or two sentences, say what you will do next and which files you will read "
+        "and write."
     ),
     blocks.EXPECTATION: (
         "Write the expectation: in one or two sentences, how you will know whether the "
@@ -68,9 +68,8 @@ _ASK_CODE = {
     },
     forms.SCRIPT: {
         blocks.ACTION: (
-            "Write the action for this task: a Python script that does the work (it runs "
-            "with python3 in the work directory), or, to fix a Python source file, its whole "
-            "new content after a first line `# file: PATH`."
+            "Write the action: a complete Python program that does the task, reading and "
+            "writing the files with open()."
         ),
         blocks.EVALUATION: (
             "Write the evaluation: a Python script that fails (an assert) unless the task is done."

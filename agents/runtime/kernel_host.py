@@ -139,7 +139,11 @@ class KernelHost(RuntimeControl):
         def call(kernel: Kernel) -> CallResult:
             kernel.clear("action")
             code = forms.kernel_code(
-                blocks.ACTION, self.options.form, node.text, self._script_timeout
+                blocks.ACTION,
+                self.options.form,
+                node.text,
+                self._script_timeout,
+                truncated=node.truncated,
             )
             defined = kernel.exec_block(code, name=f"action {node.meta.get('index', '')}")
             if not defined.ok:

@@ -81,6 +81,40 @@ def test_a_file_block_writes_the_whole_file(kernel: Kernel) -> None:
     assert forms.parse_error(blocks.ACTION, forms.SCRIPT, "# file: notes.md\n(( not code") is None
 
 
+def test_a_listing_of_files_writes_those_it_changes(kernel: Kernel) -> None:
+    """The files as the work directory's view lists them, one `# PATH` line each: the
+    changed ones are written, one the model only said back is left as it was."""
+    body = (
+        "# pkg/ops.py\ndef mean(numbers):\n    return sum(numbers) / len(numbers)\n\n"
+        "# data.csv\nname\n\nAna\nBen\nCleo\n"
+    )
+    script = forms.read_script(blocks.ACTION, body)
+    assert [path for path, _ in script.files] == ["pkg/ops.py", "data.csv"]
+    assert script.title == "Write pkg/ops.py, data.csv"
+    _, result = run_action(kernel, body)
+    assert result.ok, result.error
+    assert result.value == "wrote pkg/ops.py (2 lines); as it was: data.csv"
+    assert (kernel.workdir / "pkg/ops.py").read_text().startswith("def mean(numbers):\n")
+    assert (kernel.workdir / "data.csv").read_text() == "name\nAna\nBen\nCleo\n"
+    # a block that changes nothing fails, so the next try follows
+    _, same = run_action(kernel, "# data.csv\nname\nAna\nBen\nCleo\n")
+    assert not same.ok and "no file changed: data.csv as it was" in (same.error or "")
+    # a block the token limit cut does not write its last, cut, file
+    cut = "# pkg/a.py\nA = 1\n# data.csv\nname\nAna"
+    kernel.clear("action")
+    code = forms.kernel_code(blocks.ACTION, forms.SCRIPT, cut, timeout=5, truncated=True)
+    assert kernel.exec_block(code, name="action").ok
+    assert kernel.call_action("Write pkg/a.py, data.csv").value == "wrote pkg/a.py (1 lines)"
+    assert (kernel.workdir / "data.csv").read_text() == "name\nAna\nBen\nCleo\n"
+    kernel.clear("action")
+    code = forms.kernel_code(blocks.ACTION, forms.SCRIPT, "# data.csv\nx", 5, truncated=True)
+    assert kernel.exec_block(code, name="action").ok
+    failed = kernel.call_action("Write data.csv")
+    assert not failed.ok and "cut before its last file ended" in (failed.error or "")
+    # a comment that is no path starts a script
+    assert forms.read_script(blocks.ACTION, "# Read data.csv\nprint(1)\n").files == ()
+
+
 @pytest.mark.parametrize(
     ("code", "passes"), [("assert 2 + 2 == 4", True), ("assert 2 == 3", False)]
 )
@@ -125,7 +159,7 @@ def test_the_chat_style_asks_for_the_block_through_the_template(backend: object)
     prompter = prompting.Prompter(prompting.CHAT, forms.SCRIPT, backend.render_chat)  # type: ignore[attr-defined]
     prompt = prompter.block("THE TRACE\n", "#startblock type: action\n", blocks.ACTION)
     assert prompt.startswith("<|im_start|>system\n")
-    assert "`# file: PATH`" in prompt
+    assert "a complete Python program" in prompt
     assert prompt.endswith("<|im_start|>assistant\n```python\n")  # the reply is code
     assert "#startblock" not in prompt  # the reply is the body
     assert prompter.meta() == {"prompt": "chat", "form": "script"}
@@ -169,7 +203,7 @@ def test_a_session_of_script_blocks_through_chat_prompts(
         assert (runtime.workdir / "answer.txt").read_text() == "42\n"
         path = store.path(store.tree(outcome.session_id)[-1].id)
         kinds = [n.kind for n in path]
-        assert "`# file: PATH`" in path[0].text  # the genesis says the script form
+        assert "a complete Python program run in the work directory" in path[0].text
         view = next(n for n in path if n.kind == blocks.OBSERVATION)
         assert "--- question.txt\nWhat is six times seven?" in view.text
         assert blocks.DEBUG not in kinds and blocks.OPTION not in kinds
@@ -207,7 +241,7 @@ def test_a_session_of_script_blocks_through_chat_prompts(
     retry = [p for p in prompts if "The action failed:" in p]
     assert retry and "FileNotFoundError" in retry[0]
     turn = retry[0].rsplit("<|im_start|>user\n", 1)[1]
-    assert turn.startswith("The action failed:") and "Write the action for this task" in turn
+    assert turn.startswith("The action failed:") and "Write the action: a complete" in turn
     assert all(p.startswith("<|im_start|>system") for p in prompts)
 
 

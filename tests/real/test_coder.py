@@ -43,7 +43,7 @@ def test_a_tick_of_the_default_model(qwen_dir: Path, tmp_path: Path) -> None:
         session = store.list_sessions()[0]
         nodes = store.tree(session.id)
     genesis = nodes[0]
-    assert genesis.kind == blocks.GENESIS and "`# file: PATH`" in genesis.text
+    assert genesis.kind == blocks.GENESIS and "a complete Python program" in genesis.text
     model = [n for n in nodes if n.author is Author.MODEL]
     assert {n.kind for n in model} >= {blocks.ORIENTATION, blocks.ACTION, blocks.EVALUATION}
     assert all(n.meta.get("prompt") == "chat" and n.meta.get("form") == "script" for n in model)
