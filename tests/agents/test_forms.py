@@ -283,3 +283,14 @@ def test_a_script_that_only_defines_a_function_is_inert() -> None:
     parts = ranking.penalties(blocks.ACTION, defines, [], forms.SCRIPT)
     assert parts == {"inert": ranking.INERT_PENALTY}
     assert ranking.penalties(blocks.ACTION, defines + "write_out()\n", [], forms.SCRIPT) == {}
+
+
+def test_the_work_directory_view_shows_each_file_and_an_empty_one_in_a_line(
+    kernel: Kernel,
+) -> None:
+    (kernel.workdir / "pkg").mkdir()
+    (kernel.workdir / "pkg/__init__.py").write_text("")
+    assert kernel.exec_block(forms.FILES_VIEW, name="observation-inference").ok
+    ((title, shown),) = kernel.render_observations()
+    assert title == "Work directory" and shown.ok
+    assert shown.value == "--- data.csv\nname\nAna\nBen\nCleo\n--- pkg/__init__.py (empty)"
