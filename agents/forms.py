@@ -206,7 +206,7 @@ def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: b
             "        subagent.write_file(path, text)\n"
             "        wrote.append(f'{path} ({len(text.splitlines())} lines)')\n"
             "    if not wrote:\n"
-            "        raise RuntimeError('no file changed' + (': ' + ', '.join(same) + ' as it was'\n"
+            f"        raise RuntimeError({NO_CHANGE!r} + (': ' + ', '.join(same) + ' as it was'\n"
             "            if same else '') + ('; the block was cut before its last file ended'\n"
             "            if _cut else ''))\n"
             "    return 'wrote ' + ', '.join(wrote) + (\n"
@@ -235,6 +235,8 @@ def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: b
 
 #: What a failed script's error starts with, after the exception's name.
 SCRIPT_FAILED = "the script exited with status "
+#: ... and a listing's that changed no file.
+NO_CHANGE = "no file changed"
 #: How a script runs (`python3 -c RUNNER CODE`): as the file `script.py`, so that its
 #: traceback shows its own failing lines, and without the runner's frame.
 _RUNNER = """import linecache, sys, traceback
@@ -250,8 +252,10 @@ exec(compile(_code, "script.py", "exec"), {"__name__": "__main__", "__builtins__
 
 def error_report(error: str) -> str:
     """What a failed block's error says to the model and the operator: for a script, its
-    exit status and its own stderr (the runtime's wrapper frame left out)."""
-    at = error.find(f"RuntimeError: {SCRIPT_FAILED}")
+    exit status and its own stderr; for a listing, what it left unchanged (the runtime's
+    wrapper frame left out)."""
+    found = [error.find(f"RuntimeError: {m}") for m in (SCRIPT_FAILED, NO_CHANGE)]
+    at = min((i for i in found if i >= 0), default=-1)
     if at < 0:
         return error
     report = error[at + len("RuntimeError: ") :].rstrip()
