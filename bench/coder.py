@@ -11,8 +11,8 @@ Run: `.venv/bin/python bench/coder.py [--models qwen2.5-coder-0.5b,gemma-3-270m]
 
 Every session is `--approval auto`, at most `--ticks` ticks, on `--held-out` held-out
 seeds of each family (`agents.families.split`, never a teaching seed), from the
-`--first`-th on (the first two were looked at while the prompts were written: they are
-not measured). Per model
+`--first`-th on (those before it were looked at while the prompts were written: they are
+not measured). `--teaching` runs teaching variants instead, to try prompts on. Per model
 and options: sessions solved (every task check passes) with a 95% Wilson interval, chosen
 actions that ran without error, chosen orientations that name the task's own files, and
 the median tick's seconds. The stores are kept under `--work`, one per model and options;
