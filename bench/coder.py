@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--configs", default="defaults,document")
     parser.add_argument("--held-out", type=int, default=2, help="held-out variants per family")
     parser.add_argument(
-        "--first", type=int, default=2, help="skip this many held-out seeds of each family"
+        "--first", type=int, default=4, help="skip this many held-out seeds of each family"
     )
     parser.add_argument("--ticks", type=int, default=3)
     parser.add_argument(
