@@ -151,10 +151,11 @@ def parse_error(kind: str, form: str, body: str) -> str | None:
 
 def registers(kind: str, form: str, body: str) -> bool:
     """Whether a code block does what its kind must (a callback block calls its
-    registration method; a script block always does)."""
+    registration method; a script block has code, a listing lists a file)."""
     form = form_of(kind, form, body)
     if form == SCRIPT and kind in SCRIPT_KINDS:
-        return bool(read_script(kind, body).text.strip())
+        script = read_script(kind, body)
+        return bool(script.files) or bool(script.text.strip())
     method = _METHOD.get(kind)
     return method is None or method in body
 

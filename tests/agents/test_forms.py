@@ -112,6 +112,9 @@ def test_a_listing_of_files_writes_those_it_changes(kernel: Kernel) -> None:
     assert kernel.exec_block(code, name="action").ok
     failed = kernel.call_action("Write data.csv")
     assert not failed.ok and "cut before its last file ended" in (failed.error or "")
+    # a listing that starts with an empty file is no empty block
+    listing = "# pkg/__init__.py (empty)\n# pkg/ops.py\nX = 1\n"
+    assert ranking.penalties(blocks.ACTION, listing, [], forms.SCRIPT) == {}
     # a comment that is no path starts a script
     assert forms.read_script(blocks.ACTION, "# Read data.csv\nprint(1)\n").files == ()
 
