@@ -45,8 +45,8 @@ TITLE_CHARS = 80
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """A script-form block read: its title, and either the files it writes (a file
-    block: each path and its content; `text` the first file's) or its code (a script)."""
+    """A script-form block read: its title, and either its code (a script) or the files
+    it writes (a listing: each path and its content; `text` empty)."""
 
     title: str
     text: str
@@ -84,7 +84,7 @@ def read_script(kind: str, body: str) -> Script:
     if kind == blocks.ACTION and lines and _FILE_LINE.match(lines[0].strip()):
         files = _file_sections(lines)
         names = ", ".join(path for path, _ in files)
-        return Script(f"Write {names}"[:TITLE_CHARS], files[0][1], files)
+        return Script(f"Write {names}"[:TITLE_CHARS], "", files)
     title = ""
     for line in lines:
         stripped = line.strip()
