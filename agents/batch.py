@@ -38,6 +38,7 @@ from agents.events import RuntimeEvent
 from agents.families import FAMILIES, parse_seeds, split
 from agents.runtime import RunOptions, Runtime, task_from_snapshot
 from agents.sandbox import SandboxUnavailable
+from agents.suites import absolute_ref, is_suite_ref, select, short_name
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
 from agents.user_files import read_user_file
 from storage import (
@@ -58,8 +59,8 @@ log = logging.getLogger(__name__)
 
 #: What a line of the tasks file may hold.
 SPEC_KEYS = {
-    "task": "a shipped task's name, family:NAME:SEED, or a task file (.toml or .py; relative "
-    "to the tasks file)",
+    "task": "a shipped task's name, family:NAME:SEED, a benchmark's problem (humaneval:12, "
+    "jsonl:PATH:TASK_ID), or a task file (.toml or .py; relative to the tasks file)",
     "family": 'a task family: one task per seed of "seeds"',
     "seeds": 'the family\'s seeds, such as "0-29" or "3,5,8", or its "held-out" or "teaching" set',
     "prompt": "the task as free text",
@@ -166,7 +167,12 @@ def _spec(spec: dict[str, Any], where: str, folder: Path) -> dict[str, Any]:
             f'{where}: name the variant ("{ref}:7") or give a family line '
             '({"family": NAME, "seeds": "0-29"}): a batch runs the same tasks on a resume'
         )
-    if ref is not None and ("/" in ref or "\\" in ref or ref.endswith(TASK_SUFFIXES)):
+    if ref is not None and is_suite_ref(ref):
+        try:
+            spec["task"] = absolute_ref(ref, folder)
+        except TaskError as exc:
+            raise TasksFileError(f"{where}: {exc}") from None
+    elif ref is not None and ("/" in ref or "\\" in ref or ref.endswith(TASK_SUFFIXES)):
         # a task file: relative to the tasks file, made absolute for workers and resumes
         given = Path(ref).expanduser()
         spec["task"] = str((given if given.is_absolute() else folder / given).resolve())
@@ -189,7 +195,9 @@ def spec_name(spec: Mapping[str, Any]) -> str:
         return str(spec["id"])
     if "task" in spec:
         ref = str(spec["task"])
-        return ref.removeprefix("family:") if ref.startswith("family:") else Path(ref).stem
+        if ref.startswith("family:"):
+            return ref.removeprefix("family:")
+        return short_name(ref) if is_suite_ref(ref) else Path(ref).stem
     prompt = " ".join(str(spec.get("prompt", "")).split())
     return prompt if len(prompt) <= 40 else prompt[:39] + "…"
 
@@ -385,9 +393,22 @@ def start_batch(
     the file was read already)."""
     specs, digest = read if read is not None else read_tasks(tasks_file)
     path = Path(tasks_file)
+    name, source = path.name, str(path.resolve())
+    if is_suite_ref(str(tasks_file)):
+        name = source = select(str(tasks_file)).spec
     return store.create_batch(
-        specs, name=path.name, source=str(path.resolve()), source_hash=digest, config=dict(config)
+        specs, name=name, source=source, source_hash=digest, config=dict(config)
     )
+
+
+def suite_tasks(spec: str) -> tuple[list[dict[str, Any]], str]:
+    """The task specs of a suite's selection (`batch --suite`), as `read_tasks` gives a
+    file's."""
+    try:
+        chosen = select(spec)
+    except TaskError as exc:
+        raise TasksFileError(str(exc)) from None
+    return [{"task": ref} for ref in chosen.refs], chosen.digest
 
 
 def _watch(

@@ -37,6 +37,9 @@ class Task:
     max_ticks: int | None = None
     source: str = ""
     """Where it came from: "builtin:NAME", a file path, or "prompt"."""
+    blind: bool = False
+    """The checks' verdict is recorded but never shown to the model, which stops on its own
+    evaluations instead (a benchmark's hidden tests, `agents.suites`)."""
 
 
 def register_checks(

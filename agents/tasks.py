@@ -67,11 +67,16 @@ def prompt_task(text: str) -> Task:
 
 def load_task(ref: str) -> Task:
     """A shipped task by name ("vigenere" or "builtin:vigenere"), a variant of a task family
-    ("family:compute:7", see `agents.families`), or a .toml / .py file."""
+    ("family:compute:7", see `agents.families`), a benchmark's problem ("humaneval:12",
+    "jsonl:PATH:TASK_ID", see `agents.suites`), or a .toml / .py file."""
     if ref.startswith("family:"):
         from agents.families import load_family_task
 
         return load_family_task(ref)
+    from agents.suites import is_suite_ref, load_suite_task
+
+    if is_suite_ref(ref):
+        return load_suite_task(ref)
     name = ref.removeprefix(BUILTIN_PREFIX)
     looks_like_path = "/" in ref or "\\" in ref or ref.endswith(TASK_SUFFIXES)
     if not looks_like_path or ref.startswith(BUILTIN_PREFIX):

@@ -1,5 +1,5 @@
 """Improvement between operator sessions (`agent-console improve`): rounds of rollouts on a
-task family's teaching variants, labelled by the tasks' own checks, trained with the
+task family's teaching variants (or a benchmark suite's teaching problems, `agents.suites`), labelled by the tasks' own checks, trained with the
 product's own jobs, and kept only when held-out variants get better.
 
 A round, in order; each step's result is written to the run's `state` in the store as soon
@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.batch import wilson
-from agents.families import FAMILIES, split
+from agents.suites import task_sets
+from agents.task_spec import TaskError
 from storage import BatchStatus, JobKind, JobStatus
 from training.auto_labels import label_from_checks
 from training.jobs import JobError, JobOptions, follow, queue_job, reap_dead_jobs, resume_job
@@ -73,10 +74,10 @@ class ImproveConfig:
     then: str = "kto"
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            known = ", ".join(sorted(FAMILIES))
-            raise ImproveError(f"--family {self.family!r}: no such task family ({known})")
-        teaching, held_out = split(self.family)
+        try:
+            teaching, held_out = task_sets(self.family)
+        except TaskError as exc:
+            raise ImproveError(f"--family {exc}") from None
         for name, value, low, high in (
             ("--rounds", self.rounds, 1, 100),
             ("--per-round", self.per_round, 1, len(teaching)),
@@ -204,13 +205,13 @@ class Improver:
     # -- the steps ------------------------------------------------------------------------
 
     def rollouts(self, number: int, this: dict[str, Any]) -> None:
-        teaching = split(self.config.family)[0]
+        teaching = task_sets(self.config.family)[0]
         start = (number - 1) * self.config.per_round
-        seeds = [teaching[(start + i) % len(teaching)] for i in range(self.config.per_round)]
+        refs = [teaching[(start + i) % len(teaching)] for i in range(self.config.per_round)]
         adapter = self.state.get("adapter")
         batch_id = this.get("batch")
         if batch_id is None:
-            batch_id = self.new_batch(f"round {number} rollouts", seeds, adapter)
+            batch_id = self.new_batch(f"round {number} rollouts", refs, adapter)
             this["batch"] = batch_id
             self.save()
         started = time.monotonic()
@@ -333,10 +334,10 @@ class Improver:
         kept: dict[str, Any] = self.state.setdefault("held_out", {})
         if key in kept and "passed" in kept[key]:
             return SideFigures(**kept[key])
-        seeds = split(self.config.family)[1][: self.config.held_out]
+        refs = task_sets(self.config.family)[1][: self.config.held_out]
         batch_id = kept.get(key, {}).get("batch")
         if batch_id is None:
-            batch_id = self.new_batch(f"held-out {key}", seeds, adapter)
+            batch_id = self.new_batch(f"held-out {key}", refs, adapter)
             kept[key] = {"batch": batch_id}
             self.save()
         self.finish_batch(batch_id, adapter)
@@ -362,8 +363,8 @@ class Improver:
 
     # -- batches --------------------------------------------------------------------------
 
-    def new_batch(self, what: str, seeds: list[int], adapter: str | None) -> int:
-        specs = [{"task": f"family:{self.config.family}:{seed}"} for seed in seeds]
+    def new_batch(self, what: str, refs: list[str], adapter: str | None) -> int:
+        specs = [{"task": ref} for ref in refs]
         name = f"improve {self.run.id} {what}"
         batch = self.store.create_batch(
             specs,

@@ -22,6 +22,7 @@ def task_snapshot(task: Task) -> dict[str, Any]:
         "check_names": list(task.check_names),
         "max_ticks": task.max_ticks,
         "source": task.source,
+        "blind": task.blind,
     }
 
 
@@ -35,6 +36,7 @@ def task_from_snapshot(snapshot: dict[str, Any]) -> Task:
         check_names=tuple(snapshot.get("check_names", ())),
         max_ticks=snapshot.get("max_ticks"),
         source=str(snapshot.get("source", "")),
+        blind=bool(snapshot.get("blind", False)),
     )
 
 

@@ -23,11 +23,13 @@ from agents.runtime.results import (
 )
 from agents.runtime.session_task import task_reminder
 from agents.sandbox import CallResult, Kernel
+from agents.task_spec import Task
 from storage import Author, EvaluationKind, NewNode, NodeStatus
 
 
 class Finished(Exception):
-    """The agent said it is done, or every task check passed."""
+    """The agent said it is done, or every task check passed (for a blind task: every one
+    of the model's own evaluations, after an action that ran)."""
 
 
 class TickSteps(GateSteps, MemoryRecall):
@@ -57,7 +59,7 @@ class TickSteps(GateSteps, MemoryRecall):
             prompt=self.task.prompt.strip(),
             workdir=inside,
             files=listing,
-            checks=", ".join(self.task.check_names) or "(none: the operator judges)",
+            checks=_checked_by(self.task),
         )
         # the example tick is written in callback form
         example = self.options.example and self.options.form == forms.CALLBACK
@@ -155,7 +157,9 @@ class TickSteps(GateSteps, MemoryRecall):
             name = f"{title} (the model's)" if title in self.task.check_names else title
             results.append((name, result, False))
         results = [(name, result, True) for name, result in self._task_checks()] + results
-        for name, result, _ in results:
+        for name, result, is_check in results:
+            if is_check and self.task.blind:
+                continue  # recorded below, never shown to the model
             text = result_text(result) if result.ok else f"[error] {result.error}"
             rows.append((name, clip(text, RUNTIME_TEXT_CHARS // 4)))
         verdicts = [(name, passed(result), is_check) for name, result, is_check in results]
@@ -212,8 +216,22 @@ class TickSteps(GateSteps, MemoryRecall):
         )
         if self.finish_message is not None:
             raise Finished
-        if checks and all(checks):
+        if self.task.blind:
+            # the task's verdict is hidden: the model's own evaluations say when it is done
+            own = [ok for _, ok, is_check in verdicts if not is_check]
+            if own and all(own) and state.action is not None and state.action.result.ok:
+                raise Finished
+        elif checks and all(checks):
             raise Finished
+
+
+def _checked_by(task: Task) -> str:
+    if task.blind:
+        return (
+            "hidden tests, whose results you will not see; your own evaluations (the "
+            "docstring's examples, say) decide when the work is done"
+        )
+    return ", ".join(task.check_names) or "(none: the operator judges)"
 
 
 def _call_evaluation(kernel: Kernel, name: str) -> CallResult:

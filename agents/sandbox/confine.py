@@ -26,7 +26,7 @@ from pathlib import Path
 from agents.sandbox import kernel as kernel_module
 from agents.sandbox.host import _Host
 from agents.sandbox.limits import Limits
-from agents.sandbox.python_inside import BIN_INSIDE, python_layout
+from agents.sandbox.python_inside import BIN_INSIDE, hidden_inside, python_layout
 
 log = logging.getLogger("agents.sandbox")
 
@@ -173,6 +173,9 @@ def _sandbox_argv(
         # sysctls (kernel.core_pattern, say) through a writable /proc/sys.
         "--ro-bind", "/proc/sys", "/proc/sys",
     ]  # fmt: skip
+    # A benchmark's tests and answers, installed beside the packages: shown empty.
+    for folder in hidden_inside():
+        argv += ["--tmpfs", folder, "--remount-ro", folder]
     # ... and read what only root may (kernel memory's layout, the kernel's log): hidden.
     for name in host.proc_hidden:
         argv += ["--ro-bind", "/dev/null", f"/proc/{name}"]

