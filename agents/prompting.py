@@ -72,7 +72,9 @@ _ASK_CODE = {
             "writing the files with open()."
         ),
         blocks.EVALUATION: (
-            "Write the evaluation: a Python script that fails (an assert) unless the task is done."
+            "Write the evaluation: a short Python script that checks what the action did, "
+            "without doing it again (import or read what it wrote), and fails with an assert "
+            "unless the task is done."
         ),
         blocks.OBSERVATION_INFERENCE: (
             "Write the observation-inference block: Python that adds or removes "
@@ -103,7 +105,7 @@ def clean(kind: str, text: str) -> str:
 
 Messages = list[dict[str, str]]
 #: The most tokens a chat model's prose block (orientation, expectation, debug) may take.
-PROSE_TOKENS = 128
+PROSE_TOKENS = 64
 
 
 def _runtime_turn(kind: str, text: str, tick: int, meta: Mapping[str, object] | None = None) -> str:

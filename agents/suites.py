@@ -24,11 +24,16 @@ import gzip
 import hashlib
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agents.task_spec import Task, TaskError, register_checks
 from agents.user_files import UserFileError, read_user_file
+
+if TYPE_CHECKING:
+    from agents.backends.base import Backend, Candidate
 
 HUMANEVAL = "humaneval"
 JSONL = "jsonl"
@@ -250,12 +255,57 @@ def check_tests_pass(subagent):
 '''
 
 
-def plain_program(problem: Problem, code: str) -> str:
-    """The module the official harness tests for a model's answer alone: the prompt, then
-    the answer (a whole function redefines the prompt's; a body continues it)."""
+# -- the model alone, judged as the agent's task is ----------------------------------------
+
+#: evalplus's instruction for chat models (its `make_raw_chat_prompt`).
+PLAIN_INSTRUCTION = (
+    "Please provide a self-contained Python script that solves the following problem in a "
+    "markdown code block:\n```\n{prompt}\n```"
+)
+PLAIN_TOKENS = 768
+_BLOCK = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def plain_answer(backend: Backend, problem: Problem) -> Candidate:
+    """The model alone: one greedy answer through its chat template."""
+    text = PLAIN_INSTRUCTION.format(prompt=problem.prompt.strip())
+    prompt = backend.render_chat([{"role": "user", "content": text}])
+    return backend.generate(prompt, max_tokens=PLAIN_TOKENS, temperature=0)[0]
+
+
+def plain_solution(problem: Problem, reply: str) -> str:
+    """The module the official harness tests for an answer alone: the prompt, then the
+    answer's first code block (a whole function redefines the prompt's; a body continues
+    it). A block whose first line only names the language (the 0.5B coder writes "```"
+    then "python") loses that line."""
+    found = _BLOCK.search(reply)
+    code = found[1] if found else reply
+    first, _, rest = code.partition("\n")
+    if first.strip().lower() in ("python", "py", "python3"):
+        code = rest
     if re.search(rf"^def {re.escape(problem.entry_point)}\s*\(", code, re.MULTILINE):
         return problem.prompt + "\n\n" + code
     return problem.prompt + code
+
+
+def verdict(task: Task, solution: str, *, unsafe: bool = False) -> tuple[bool, str]:
+    """The task's checks against `solution` written as solution.py, as the runtime runs
+    them (a fresh sandboxed kernel, the work dir read-only): (passed, why not)."""
+    from agents.sandbox import Kernel
+    from agents.tasks import seed_workdir
+
+    with tempfile.TemporaryDirectory(prefix="suite-") as folder:
+        workdir = Path(folder)
+        seed_workdir(task, workdir)
+        (workdir / SOLUTION).write_text(solution, encoding="utf-8")
+        with Kernel(workdir, read_only=True, unsafe=unsafe) as kernel:
+            defined = kernel.exec_block(task.checks, name="task checks")
+            if not defined.ok:
+                return False, f"the checks did not run: {defined.error}"
+            results = [kernel.call_evaluation(name) for name in task.check_names]
+    ok = all(r.ok and r.value is True for r in results)
+    why = " ".join(" ".join(r.stdout or r.error or "" for r in results).split())
+    return ok, "" if ok else why[-300:]
 
 
 # -- loading -------------------------------------------------------------------------------

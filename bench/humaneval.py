@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,42 +37,16 @@ from agents import blocks
 from agents.batch import wilson
 from agents.runtime import RunOptions, Runtime, session_solved
 from agents.settings import Settings
-from agents.suites import SOLUTION, Problem, parse_ref, plain_program, problem_task, select
-from agents.tasks import Task, seed_workdir
-from storage import SessionStatus, TraceStore
-
-#: evalplus's instruction for chat models (its `make_raw_chat_prompt`).
-INSTRUCTION = (
-    "Please provide a self-contained Python script that solves the following problem in a "
-    "markdown code block:\n```\n{prompt}\n```"
+from agents.suites import (
+    Problem,
+    parse_ref,
+    plain_answer,
+    plain_solution,
+    problem_task,
+    select,
+    verdict,
 )
-MAX_TOKENS = 768
-_BLOCK = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def answer_code(reply: str) -> str:
-    """The first fenced code block of a reply, or the reply when it has none."""
-    found = _BLOCK.search(reply)
-    return found[1] if found else reply
-
-
-def verdict(task: Task, solution: str, unsafe: bool = False) -> tuple[bool, str]:
-    """The task's checks against `solution` written as solution.py, in the sandbox, as the
-    runtime runs them (a fresh kernel, the work dir read-only)."""
-    from agents.sandbox import Kernel
-
-    with tempfile.TemporaryDirectory(prefix="humaneval-") as folder:
-        workdir = Path(folder)
-        seed_workdir(task, workdir)
-        (workdir / SOLUTION).write_text(solution, encoding="utf-8")
-        with Kernel(workdir, read_only=True, unsafe=unsafe) as kernel:
-            defined = kernel.exec_block(task.checks, name="task checks")
-            if not defined.ok:
-                return False, f"the checks did not run: {defined.error}"
-            results = [kernel.call_evaluation(name) for name in task.check_names]
-    ok = all(r.ok and r.value is True for r in results)
-    why = " ".join(" ".join(r.stdout or r.error or "" for r in results).split())
-    return ok, "" if ok else why[-300:]
+from storage import SessionStatus, TraceStore
 
 
 def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -> list[dict]:
@@ -88,24 +60,19 @@ def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -
     for problem in problems:
         row = kept.get(problem.task_id)
         if row is None:
-            prompt = backend.render_chat(
-                [{"role": "user", "content": INSTRUCTION.format(prompt=problem.prompt.strip())}]
-            )
             started = time.perf_counter()
-            reply = backend.generate(prompt, max_tokens=MAX_TOKENS, temperature=0)[0]
-            seconds = time.perf_counter() - started
-            task = problem_task(suite, problem)
-            ok, why = verdict(task, plain_program(problem, answer_code(reply.text)))
+            reply = plain_answer(backend, problem)
             row = {
                 "task_id": problem.task_id,
-                "passed": ok,
-                "seconds": round(seconds, 1),
+                "seconds": round(time.perf_counter() - started, 1),
                 "tokens": len(reply.token_ids),
-                "why": why,
                 "reply": reply.text,
             }
             with kept_path.open("a") as out:
                 out.write(json.dumps(row) + "\n")
+        # judged on every run (a kept answer is judged as the code judges now)
+        ok, why = verdict(problem_task(suite, problem), plain_solution(problem, row["reply"]))
+        row = {**row, "passed": ok, "why": why}
         rows.append(row)
         print(f"  plain {problem.task_id} {row['passed']} {row['seconds']} s", flush=True)
     return rows

@@ -90,9 +90,11 @@ class Sampling(Recording):
             if ranking.good_enough(kind, scored, self.options.rank_threshold):
                 break
         else:
-            if all(s.copy for s in scored) and "no-repeat" in features:
+            script = form == forms.SCRIPT and kind in forms.SCRIPT_KINDS
+            if all(s.copy for s in scored) and "no-repeat" in features and not script:
                 # every candidate repeated an earlier block: one more round in which the
-                # model may not repeat a run of the context's tokens
+                # model may not repeat a run of the context's tokens (never for a script,
+                # whose imports and names must repeat the file's: banned, it misspells them)
                 rounds.append(self.options.candidates)
                 no_repeat_round = len(rounds) - 1
                 self._checkpoint()
