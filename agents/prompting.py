@@ -72,9 +72,9 @@ _ASK_CODE = {
             "writing the files with open()."
         ),
         blocks.EVALUATION: (
-            "Write the evaluation: a short Python script that checks what the action did, "
-            "without doing it again (import or read what it wrote), and fails with an assert "
-            "unless the task is done."
+            "Write the evaluation: a short Python script, run with no input, that checks "
+            "what the action did without doing it again (import or read what it wrote) and "
+            "fails with an assert unless the task is done."
         ),
         blocks.OBSERVATION_INFERENCE: (
             "Write the observation-inference block: Python that adds or removes "
