@@ -24,6 +24,7 @@ in traces.db): a stopped run resumes. Figures go to stdout and `<work>/humaneval
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -46,7 +47,7 @@ from agents.suites import (
     select,
     verdict,
 )
-from storage import SessionStatus, TraceStore
+from storage import NodeStatus, SessionStatus, TraceStore
 
 
 def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -> list[dict]:
@@ -114,15 +115,56 @@ def run_agent(
 
 
 def judge(store: TraceStore, session_id: int) -> dict[str, Any]:
-    outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
+    """The session's verdict, and per tick: whether an action ran, whether the hidden tests
+    passed after it, and whether the model's own evaluations (at least one) all passed."""
+    tree = store.tree(session_id)
+    ticks = []
+    for outcome in (n for n in tree if n.kind == blocks.OUTCOME):
+        meta = outcome.meta
+        hidden = bool(meta.get("task_total")) and meta["task_passed"] == meta["task_total"]
+        own_total = int(meta.get("total", 0)) - int(meta.get("task_total", 0))
+        own_passed = int(meta.get("passed", 0)) - int(meta.get("task_passed", 0))
+        ran = any(
+            n.kind == blocks.ACTION and n.tick == outcome.tick and n.status is NodeStatus.EXECUTED
+            for n in tree
+        )
+        ticks.append(
+            {"ran": ran, "hidden": hidden, "own": own_total > 0 and own_passed == own_total}
+        )
     return {
         "passed": session_solved(store, session_id),
-        "passed_at_some_tick": any(
-            n.meta.get("task_total") and n.meta.get("task_passed") == n.meta.get("task_total")
-            for n in outcomes
-        ),
-        "ticks": len(outcomes),
+        "passed_at_some_tick": any(t["hidden"] for t in ticks),
+        "ticks": len(ticks),
+        "by_tick": ticks,
     }
+
+
+def steps(rows: list[dict]) -> dict[str, int]:
+    """Which step loses: the first action, the model's own evaluation as a judge of the
+    hidden tests, and what later ticks did."""
+    out = {
+        "first_action_right": 0,
+        "own_pass_right": 0,
+        "own_pass_wrong": 0,
+        "own_fail_right": 0,
+        "own_fail_wrong": 0,
+        "later_fixed": 0,
+        "later_broke": 0,
+    }
+    for row in rows:
+        ticks = row["by_tick"]
+        if not ticks:
+            continue
+        out["first_action_right"] += ticks[0]["hidden"]
+        for tick in ticks:
+            key = ("own_pass_" if tick["own"] else "own_fail_") + (
+                "right" if tick["own"] == tick["hidden"] else "wrong"
+            )
+            out[key] += 1
+        for before, after in itertools.pairwise(ticks):
+            out["later_fixed"] += not before["hidden"] and after["hidden"]
+            out["later_broke"] += before["hidden"] and not after["hidden"]
+    return out
 
 
 def rate(part: int, whole: int) -> str:
@@ -180,6 +222,7 @@ def main() -> None:
                 results[mode]["passed_at_some_tick"] = rate(
                     sum(r["passed_at_some_tick"] for r in rows), len(rows)
                 )
+                results[mode]["steps"] = steps(rows)
             brief = {k: v for k, v in results[mode].items() if k != "rows"}
             print(f"| {args.model} | {mode} | {json.dumps(brief)} |", flush=True)
             (folder / "humaneval.json").write_text(json.dumps(results, indent=2) + "\n")
