@@ -202,7 +202,7 @@ def problem_task(suite: Suite, problem: Problem) -> Task:
     )
     return Task(
         name=suite.ref(problem),
-        title=f"{suite.title} {problem.task_id}: {entry}",
+        title=f"{_named(suite, problem)}: {entry}",
         prompt=prompt,
         files={SOLUTION: problem.prompt},
         checks=checks,
@@ -211,6 +211,13 @@ def problem_task(suite: Suite, problem: Problem) -> Task:
         source=suite.ref(problem),
         blind=True,
     )
+
+
+def _named(suite: Suite, problem: Problem) -> str:
+    """The suite and the problem: "HumanEval/12" names both; "mine.jsonl add/1" otherwise."""
+    if problem.task_id.startswith(suite.title):
+        return problem.task_id
+    return f"{suite.title} {problem.task_id}"
 
 
 #: Runs in its own process: the module, then the tests, then check(entry point), in one

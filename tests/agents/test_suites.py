@@ -57,7 +57,7 @@ def test_humaneval_loads_offline_from_its_package() -> None:
     # the task: the prompt to complete, the tests only in the checks, the verdict hidden
     task = load_task("humaneval:HumanEval/12")
     assert task == load_task("humaneval:12")
-    assert task.title == "HumanEval HumanEval/12: longest"
+    assert task.title == "HumanEval/12: longest"
     assert task.files == {SOLUTION: suite.problems[12].prompt}
     assert task.blind and task.check_names == ("check_tests_pass",)
     assert suite.problems[12].test.strip() not in task.prompt
