@@ -99,7 +99,8 @@ def read_script(kind: str, body: str) -> Script:
 
 def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
     """A file block's files: each `# PATH` line and the lines up to the next one (a
-    fence around a file's content read through)."""
+    fence around a file's content read through). A path named again with nothing after it
+    (the 0.5B coder ends a listing so) keeps the content it had."""
     sections: list[tuple[str, list[str]]] = []
     for line in lines:
         match = _FILE_LINE.match(line.strip())
@@ -110,6 +111,8 @@ def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
     files: dict[str, str] = {}
     for path, body in sections:
         content = "\n".join(unfenced("\n".join(body)).splitlines()).strip("\n")
+        if not content and files.get(path):
+            continue  # the file's name said again after its content: not an empty file
         files[path] = content + "\n" if content else ""
     return tuple(files.items())
 

@@ -140,13 +140,16 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
     messages: Messages = [{"role": "system", "content": f"{SYSTEM}\n\n{path[0].text}"}]
     pending: list[str] = []
     folded = set(collapsed)
+    given: dict[str, str] = {}  # the task's own asks, from its reminders
     for tick, nodes in blocks.group_ticks(path[1:]):
         if tick in folded:
             pending.append(blocks.tick_summary(tick, nodes).strip())
             continue
         for node in nodes:
+            if node.kind == blocks.TASK_REMINDER:
+                given = task_asks([node])
             if node.kind in blocks.MODEL_KINDS:
-                pending.append(ask(node.kind, form))
+                pending.append(given.get(node.kind) or ask(node.kind, form))
                 messages.append({"role": "user", "content": "\n\n".join(pending)})
                 messages.append({"role": "assistant", "content": reply(node.kind, node.text)})
                 pending = []
@@ -172,6 +175,20 @@ def reply(kind: str, body: str) -> str:
     return f"{CODE_FENCE}{body.rstrip()}\n{CODE_FENCE_END}" if kind in blocks.CODE_KINDS else body
 
 
+#: The task-reminder node's metadata key for the task's own asks (`Task.asks`).
+TASK_ASKS_META = "asks"
+
+
+def task_asks(path: Sequence[Node]) -> dict[str, str]:
+    """The asks the session's task gives in place of the form's, by block kind: what the
+    last task reminder on `path` carries."""
+    for node in reversed(path):
+        if node.kind == blocks.TASK_REMINDER:
+            found = node.meta.get(TASK_ASKS_META)
+            return dict(found) if isinstance(found, dict) else {}
+    return {}
+
+
 def asks(form: str) -> list[str]:
     """Every ask of `form`: text a block that says it back has copied (`agents.ranking`)."""
     return [ask(kind, form) for kind in sorted(blocks.MODEL_KINDS)]
@@ -181,7 +198,7 @@ def block_turns(path: Sequence[Node], collapsed: Sequence[int], kind: str, form:
     """The turns a block of `kind` was asked for with after `path` (what training gives
     the model before the block's body, as the agent did). An action is asked for with
     the task said again: a small model follows the end of its prompt."""
-    asked = ask(kind, form)
+    asked = task_asks(path).get(kind) or ask(kind, form)
     if kind == blocks.ACTION:
         task = next((n.text for n in reversed(path) if n.kind == blocks.TASK_REMINDER), "")
         asked = f"{task}\n\n{asked}" if task else asked

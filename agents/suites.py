@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents import blocks
 from agents.task_spec import Task, TaskError, register_checks
 from agents.user_files import UserFileError, read_user_file
 
@@ -194,9 +195,24 @@ def problem_task(suite: Suite, problem: Problem) -> Task:
     prompt = (
         f"{SOLUTION} holds the start of a Python module: the signature and docstring of "
         f"`{entry}`, with no body yet. Complete `{entry}` so that it does what its docstring "
-        f"says (its examples included), keeping its name and arguments. Write {SOLUTION} in "
-        f"full: an action that is the line `# {SOLUTION}` and then the whole file."
+        f"says (its examples included), keeping its name and arguments. Hidden tests import "
+        f"{SOLUTION} and call `{entry}`."
     )
+    # The form's own asks (a program that reads and writes files) lead the 0.5B coder to
+    # copy the file back unchanged or to read input(): a problem asks as a chat model is
+    # asked for a solution, and for a check of the docstring's examples.
+    asks = {
+        blocks.ACTION: (
+            "Write the action: a self-contained Python script that solves the problem in "
+            f"{SOLUTION}, written as the line `# {SOLUTION}` and then the whole file, with "
+            f"`{entry}` implemented."
+        ),
+        blocks.EVALUATION: (
+            "Write the evaluation: a short Python script, run with no input, that imports "
+            f"`{entry}` from solution and asserts that it gives the results the docstring's "
+            "examples show."
+        ),
+    }
     checks, names = register_checks(
         Path(suite.ref(problem)), problem_checks(problem), lambda line: None
     )
@@ -209,6 +225,7 @@ def problem_task(suite: Suite, problem: Problem) -> Task:
         check_names=names,
         max_ticks=3,
         source=suite.ref(problem),
+        asks=asks,
         blind=True,
     )
 
@@ -299,12 +316,10 @@ def verdict(task: Task, solution: str, *, unsafe: bool = False) -> tuple[bool, s
     """The task's checks against `solution` written as solution.py, as the runtime runs
     them (a fresh sandboxed kernel, the work dir read-only): (passed, why not)."""
     from agents.sandbox import Kernel
-    from agents.tasks import seed_workdir
 
     with tempfile.TemporaryDirectory(prefix="suite-") as folder:
         workdir = Path(folder)
-        seed_workdir(task, workdir)
-        (workdir / SOLUTION).write_text(solution, encoding="utf-8")
+        (workdir / SOLUTION).write_text(solution, encoding="utf-8")  # a problem's only file
         with Kernel(workdir, read_only=True, unsafe=unsafe) as kernel:
             defined = kernel.exec_block(task.checks, name="task checks")
             if not defined.ok:

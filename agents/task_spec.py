@@ -37,6 +37,9 @@ class Task:
     max_ticks: int | None = None
     source: str = ""
     """Where it came from: "builtin:NAME", a file path, or "prompt"."""
+    asks: dict[str, str] = field(default_factory=dict)
+    """Block kind -> how this task asks for that block, in place of the block form's ask
+    (a suite's problem asks for solution.py's whole content, `agents.suites`)."""
     blind: bool = False
     """The checks' verdict is recorded but never shown to the model, which stops on its own
     evaluations instead (a benchmark's hidden tests, `agents.suites`)."""

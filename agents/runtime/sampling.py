@@ -90,11 +90,15 @@ class Sampling(Recording):
             if ranking.good_enough(kind, scored, self.options.rank_threshold):
                 break
         else:
-            script = form == forms.SCRIPT and kind in forms.SCRIPT_KINDS
-            if all(s.copy for s in scored) and "no-repeat" in features and not script:
+            if (
+                all(s.copy for s in scored)
+                and "no-repeat" in features
+                and prompter.style == prompting.DOCUMENT
+            ):
                 # every candidate repeated an earlier block: one more round in which the
-                # model may not repeat a run of the context's tokens (never for a script,
-                # whose imports and names must repeat the file's: banned, it misspells them)
+                # model may not repeat a run of the context's tokens (a document's model
+                # only: a chat model's reply must repeat the names the task and the files
+                # use, and banned from them the coder misspells them, "hasClose_elements")
                 rounds.append(self.options.candidates)
                 no_repeat_round = len(rounds) - 1
                 self._checkpoint()

@@ -23,6 +23,7 @@ def task_snapshot(task: Task) -> dict[str, Any]:
         "max_ticks": task.max_ticks,
         "source": task.source,
         "blind": task.blind,
+        "asks": dict(task.asks),
     }
 
 
@@ -37,6 +38,7 @@ def task_from_snapshot(snapshot: dict[str, Any]) -> Task:
         max_ticks=snapshot.get("max_ticks"),
         source=str(snapshot.get("source", "")),
         blind=bool(snapshot.get("blind", False)),
+        asks=dict(snapshot.get("asks") or {}),
     )
 
 

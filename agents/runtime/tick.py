@@ -36,7 +36,8 @@ class TickSteps(GateSteps, MemoryRecall):
     def _run_tick(self, tick: int) -> None:
         self._await_step("tick", f"tick {tick}")
         state = TickState(tick)
-        self._runtime_block(blocks.TASK_REMINDER, task_reminder(self.task), tick)
+        asks = {prompting.TASK_ASKS_META: dict(self.task.asks)} if self.task.asks else None
+        self._runtime_block(blocks.TASK_REMINDER, task_reminder(self.task), tick, meta=asks)
         self._observe(tick)
         self._recall(tick)
         self._generate(blocks.ORIENTATION, tick)

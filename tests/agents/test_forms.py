@@ -117,6 +117,9 @@ def test_a_listing_of_files_writes_those_it_changes(kernel: Kernel) -> None:
     assert ranking.penalties(blocks.ACTION, listing, [], forms.SCRIPT) == {}
     # a comment that is no path starts a script
     assert forms.read_script(blocks.ACTION, "# Read data.csv\nprint(1)\n").files == ()
+    # the file's name said again at the end (as the coder ends a listing) empties nothing
+    echoed = forms.read_script(blocks.ACTION, "# solution.py\nX = 2\n\n# solution.py\n")
+    assert echoed.files == (("solution.py", "X = 2\n"),)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import blocks
+from agents import blocks, prompting
 from agents.batch import TasksFileError, read_tasks, spec_name, suite_tasks
 from agents.runtime import session_solved
 from agents.sandbox import Kernel, Limits
@@ -268,3 +268,10 @@ def test_plain_and_agent_on_the_tiny_model(backend: object, tmp_path: Path) -> N
         genesis = tree[0]
         assert "hidden tests" in genesis.text and problem.test.strip() not in genesis.text
         assert all(problem.test.strip()[:60] not in n.text for n in tree)
+        # the task's own asks replace the form's, in the session and in its training rows
+        path = store.path(tree[-1].id)
+        turns = prompting.block_turns(path, [], blocks.EVALUATION, "script")
+        assert turns[-1]["content"].endswith(task.asks[blocks.EVALUATION])
+        earlier = prompting.chat_turns(path, [], "script")
+        assert any(t["content"].endswith(task.asks[blocks.ACTION]) for t in earlier)
+        assert not any(prompting.ask(blocks.ACTION, "script") in t["content"] for t in earlier)
