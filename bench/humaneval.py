@@ -50,13 +50,17 @@ from agents.suites import (
 from storage import NodeStatus, SessionStatus, TraceStore
 
 
+def read_kept(path: Path) -> dict[str, dict]:
+    """What an earlier run kept, by task id (a stopped run resumes)."""
+    if not path.exists():
+        return {}
+    rows = (json.loads(line) for line in path.read_text().splitlines())
+    return {row["task_id"]: row for row in rows}
+
+
 def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -> list[dict]:
     kept_path = folder / "plain.jsonl"
-    kept = {}
-    if kept_path.exists():
-        for line in kept_path.read_text().splitlines():
-            row = json.loads(line)
-            kept[row["task_id"]] = row
+    kept = read_kept(kept_path)
     rows = []
     for problem in problems:
         row = kept.get(problem.task_id)
@@ -83,11 +87,7 @@ def run_agent(
     backend: Any, problems: list[Problem], suite: Any, folder: Path, ticks: int
 ) -> list[dict]:
     kept_path = folder / "agent.jsonl"
-    kept = {}
-    if kept_path.exists():
-        for line in kept_path.read_text().splitlines():
-            row = json.loads(line)
-            kept[row["task_id"]] = row
+    kept = read_kept(kept_path)
     rows = []
     with TraceStore(folder / "traces.db") as store:
         for problem in problems:
