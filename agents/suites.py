@@ -195,8 +195,8 @@ def problem_task(suite: Suite, problem: Problem) -> Task:
     prompt = (
         f"{SOLUTION} holds the start of a Python module: the signature and docstring of "
         f"`{entry}`, with no body yet. Complete `{entry}` so that it does what its docstring "
-        f"says (its examples included), keeping its name and arguments. Hidden tests import "
-        f"{SOLUTION} and call `{entry}`."
+        f"says (its examples included), keeping its name and arguments. {SOLUTION} must "
+        "only define things: no tests, no input(), nothing run when it is imported."
     )
     # The form's own asks (a program that reads and writes files) lead the 0.5B coder to
     # copy the file back unchanged or to read input(): a problem asks as a chat model is
