@@ -161,8 +161,9 @@ def test_a_tasks_file_that_is_not_utf8(tmp_path: Path) -> None:
         (("tasks.jsonl", "--resume", "1"), "TASKS.jsonl and --resume"),
         (("--list", "--show", "1"), "--list and --show"),
         (("tasks.jsonl", "--list"), "TASKS.jsonl and --list"),
+        (("tasks.jsonl", "--suite", "humaneval:0-1"), "TASKS.jsonl and --suite"),
     ],
-    ids=["nothing", "tasks-and-resume", "list-and-show", "tasks-and-list"],
+    ids=["nothing", "tasks-and-resume", "list-and-show", "tasks-and-list", "tasks-and-suite"],
 )
 def test_exactly_one_of_tasks_resume_list_show(
     tmp_path: Path, args: tuple[str, ...], got: str
@@ -171,7 +172,7 @@ def test_exactly_one_of_tasks_resume_list_show(
     result = _batch(tmp_path, *args)
     assert result.returncode == exit_codes.USAGE
     assert _one_error_line(result) == (
-        f"give one of TASKS.jsonl, --resume ID, --list or --show ID (got {got})"
+        f"give one of TASKS.jsonl, --suite SUITE, --resume ID, --list or --show ID (got {got})"
     )
     assert not (tmp_path / "traces.db").exists()
 
