@@ -259,9 +259,8 @@ def run_task(context: WorkerContext, batch_task: BatchTask, worker: str) -> Batc
         done_ticks = ticks_done(store, resume)
     else:  # new, or stopped before its first block: the task as the file gives it
         task = task_of(spec)
-    limit = min(context.options.max_ticks, spec.get("max_ticks") or task.max_ticks or 10**6)
     # a resumed session has the ticks it already ran counted against the task's limit
-    options = RunOptions(**{**context.options.snapshot(), "max_ticks": max(1, limit - done_ticks)})
+    options = context.options.within(spec.get("max_ticks") or task.max_ticks, done_ticks)
     recorded = resume
 
     def listener(event: RuntimeEvent) -> None:
@@ -492,7 +491,7 @@ def _ray_worker(
     from agents.settings import Settings
 
     settings = Settings.model_validate(settings_data)
-    options = RunOptions(**{**options_data, "escalation": tuple(options_data["escalation"])})
+    options = RunOptions.from_snapshot(options_data)
     with TraceStore(db) as store:
         backend = open_backend(settings)
         try:

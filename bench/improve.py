@@ -30,7 +30,7 @@ from agents.backends.offline import ensure_model
 from agents.workbench import use_registered_adapter
 from storage import BatchStatus, TraceStore
 from training.improve import THEN, ImproveConfig, Improver, SideFigures
-from training.teach import session_options
+from training.teach import variant_options
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "improve.json"
 
@@ -75,7 +75,7 @@ def main() -> None:
     backend = TransformersBackend(str(model))
     # the learning bench's sessions (bench/learning.py): one tick, the product's defaults
     # for the model where it runs (the example tick, the grammar), so the two compare
-    options = session_options(
+    options = variant_options(
         backend, seed=0, teaching=False, attempts=1, candidates=args.candidates,
         block_tokens=args.block_tokens,
     )  # fmt: skip

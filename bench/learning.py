@@ -48,16 +48,16 @@ from training.teach import (
     ScriptedOperator,
     Tally,
     names_the_task,
-    session_options,
     teach_sessions,
     teaching_order,
+    variant_options,
 )
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "learning.json"
 
 
 def options(backend: Any, args: argparse.Namespace, seed: int, teaching: bool) -> RunOptions:
-    return session_options(
+    return variant_options(
         backend,
         seed=seed,
         teaching=teaching,

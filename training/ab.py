@@ -150,8 +150,8 @@ def run_held_out(
     `running(runtime)` names the session running now (None between sessions), so that a
     caller can stop it. Returns early, without a result for the session cut short, once
     `stopping` is set or the console is ending. Blocking: call from a thread."""
+    from agents.runtime import UNATTENDED, session_options, session_solved
     from agents.runtime import Runtime as Session
-    from agents.runtime import session_options, session_solved
 
     backend = bench.require_model()
     bench.ensure_adapter(backend, adapter)
@@ -166,9 +166,8 @@ def run_held_out(
                 settings,
                 backend,
                 row.task,
-                approval="auto",
+                **UNATTENDED,
                 seed=seed + index,  # the same for both sides
-                memory=False,
                 max_ticks=TICKS,
             )
             runtime = Session(

@@ -98,7 +98,7 @@ def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -
     from agents.backends.transformers_backend import TransformersBackend
     from agents.runtime import Runtime, session_solved
     from storage import TraceStore
-    from training.teach import session_options, teach_sessions, teaching_order
+    from training.teach import teach_sessions, teaching_order, variant_options
 
     model = ensure_model(say)
     backend = TransformersBackend(str(model))
@@ -114,7 +114,7 @@ def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -
                     store,
                     backend,
                     found.task,
-                    session_options(backend, seed=1000 + found.seed, teaching=True),
+                    variant_options(backend, seed=1000 + found.seed, teaching=True),
                     sessions_dir=work / "work",
                     asker=operator,  # type: ignore[arg-type]
                 )

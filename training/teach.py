@@ -209,7 +209,7 @@ def teaching_order(families: Iterable[str], count: int) -> list[Variant]:
     return order[:count]
 
 
-def session_options(
+def variant_options(
     backend: Backend,
     *,
     seed: int,
@@ -221,15 +221,14 @@ def session_options(
     """One tick of a family variant, as the learning bench and the starter sessions run it:
     `teaching` asks the operator (and gives the action a second try, for the rewrite
     after a reject); otherwise approval is automatic."""
-    from agents.runtime import RunOptions
+    from agents.runtime import UNATTENDED, session_options
     from agents.settings import Settings
 
-    return RunOptions.from_settings(
+    return session_options(
         Settings(),
         backend,
-        approval="ask" if teaching else "auto",
+        **{**UNATTENDED, **({"approval": "ask"} if teaching else {})},
         max_ticks=1,
-        memory=False,
         attempts=max(2, attempts) if teaching else attempts,
         candidates=candidates,
         escalation=(),

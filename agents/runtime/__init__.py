@@ -30,6 +30,7 @@ from agents.runtime.loop import Outcome, Runtime
 from agents.runtime.options import (
     EXAMPLE_CONTEXT,
     TOY_PARAMETERS,
+    UNATTENDED,
     RunOptions,
     auto_defaults,
     session_options,
@@ -55,6 +56,7 @@ __all__ = [
     "STREAM_EVERY",
     "STREAM_TEXT_CHARS",
     "TOY_PARAMETERS",
+    "UNATTENDED",
     "Listener",
     "Outcome",
     "RunOptions",

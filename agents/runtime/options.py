@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,8 +63,19 @@ class RunOptions:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**{k: v for k, v in values.items() if v is not None})
 
+    def within(self, max_ticks: int | None, done: int = 0) -> RunOptions:
+        """These options for a task that allows `max_ticks` ticks (None: no limit of its
+        own), of which a resumed session has run `done`: at least one tick is left."""
+        limit = min(self.max_ticks, max_ticks or self.max_ticks)
+        return replace(self, max_ticks=max(1, limit - done))
+
     def snapshot(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> RunOptions:
+        """The options a snapshot (sent as JSON: lists for tuples) was taken of."""
+        return cls(**{**data, "escalation": tuple(data["escalation"])})
 
     def describe(self) -> str:
         """The sampling choices in one line (a session's first line says them)."""
@@ -132,13 +143,22 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
     }
 
 
+#: What a run with no operator at the console changes on purpose: nobody approves, and
+#: every session sees the same context (memory recalls none of the others), so that its
+#: sessions compare. `batch`, `improve` and the console's A/B apply it.
+UNATTENDED: dict[str, Any] = {"approval": "auto", "memory": False}
+
+
 def session_options(
-    settings: Settings, backend: Backend | None, task: Task, **overrides: Any
+    settings: Settings, backend: Backend | None, task: Task | None = None, **overrides: Any
 ) -> RunOptions:
-    """The options a session of `task` runs with: the settings, the defaults for `backend`
-    where they leave a choice open (`RunOptions.from_settings`), and the task's own tick
-    limit where it is lower. `--query`, the console's live session and its A/B all build
+    """The options a session runs with: the settings, the defaults for `backend` where
+    they leave a choice open (`RunOptions.from_settings`), and `task`'s own tick limit
+    where it is lower (a batch, whose tasks differ, applies each one's with
+    `RunOptions.within`). The console, `--query`, `batch`, `improve` and the A/B all build
     theirs here, so one setting means the same run everywhere; what a caller changes on
-    purpose (the A/B: approval auto, one seed for both sides, no memory) is `overrides`."""
-    max_ticks = min(settings.max_ticks, task.max_ticks or settings.max_ticks)
-    return RunOptions.from_settings(settings, backend, **{"max_ticks": max_ticks, **overrides})
+    purpose (`UNATTENDED`, one seed for both sides of an A/B) is `overrides`."""
+    options = RunOptions.from_settings(settings, backend)
+    if task is not None:
+        options = options.within(task.max_ticks)
+    return replace(options, **{k: v for k, v in overrides.items() if v is not None})

@@ -147,7 +147,7 @@ def _run(
 ) -> int:
 
     from agents import batch as b
-    from agents.runtime import RunOptions
+    from agents.runtime import UNATTENDED, session_options
     from storage import BatchStatus, NotFoundError
 
     if args.ray is not None:
@@ -182,12 +182,12 @@ def _run(
     backend = opened
     adapter = backend.active_adapter
     try:
-        options = RunOptions.from_settings(
+        options = session_options(
             settings,
             backend,
-            approval=args.batch_approval,
+            # every session of a batch sees the same context: comparable
+            **{**UNATTENDED, "approval": args.batch_approval},
             unsafe_no_sandbox=args.unsafe_no_sandbox,
-            memory=False,  # every session of a batch sees the same context: comparable
         )
         if args.batch_resume is None:
             config = {

@@ -116,7 +116,7 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
 def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
     from agents import batch as b
     from agents.backends import BackendError
-    from agents.runtime import RunOptions
+    from agents.runtime import UNATTENDED, session_options
     from agents.settings import data_dir
     from agents.workbench import use_registered_adapter
     from training.improve import Improver, Stopped
@@ -136,7 +136,7 @@ def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
         return opened
     backend = opened
     try:
-        options = RunOptions.from_settings(settings, backend, approval="auto", memory=False)
+        options = session_options(settings, backend, **UNATTENDED)
 
         def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
             use_registered_adapter(store, backend, adapter)

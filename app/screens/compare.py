@@ -127,7 +127,7 @@ class CompareScreen(Screen[None]):
         self.app.call_from_thread(self.start_sides, sides)
 
     def make_sides(self) -> dict[str, Side]:
-        from agents.runtime import session_options
+        from agents.runtime import UNATTENDED, session_options
         from app.live import LiveSession
 
         bench = self.bench
@@ -138,9 +138,8 @@ class CompareScreen(Screen[None]):
             settings,
             backend,
             self.agent_task,
-            approval="auto",
+            **UNATTENDED,  # both sides see the same context: neither recalls the other
             seed=random.randrange(1 << 30),
-            memory=False,  # both sides see the same context: neither recalls the other
         )
         lock = threading.Lock()
         return {

@@ -208,6 +208,56 @@ def test_query_and_the_console_build_the_same_options() -> None:
     assert session_options(Settings(max_ticks=2), None, task).max_ticks == 2
 
 
+@pytest.mark.model
+async def test_the_console_query_and_batch_store_the_same_run_options(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """One setting means the same run whichever way the task comes in: a session started
+    in the console, by `--query` and by `batch` (whose worker also runs `improve`'s
+    rollouts) stores the same options, given the same settings; a task's own tick limit
+    still applies in each."""
+    from agents.settings import Settings
+    from agents.tasks import load_task
+    from app.console import ConsoleApp
+    from storage import TraceStore
+    from tests.support.pilot import until
+
+    task = _task(tmp_path, passes=True)
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"task": task.name}) + "\n")
+    env = _env(tmp_path, AGENT_CONSOLE_APPROVAL="auto", AGENT_CONSOLE_MEMORY="false")
+    for args in (("--query", "go", "--task", str(task)), ("batch", str(tmp_path / "tasks.jsonl"))):
+        done = subprocess.run(
+            _command(tmp_path, tiny_model_dir, *FAST, *args),
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=240,
+        )
+        assert done.returncode in (exit_codes.OK, exit_codes.FAILED, exit_codes.TRUNCATED)
+        assert "Traceback" not in done.stderr, done.stderr
+    settings = Settings(
+        backend="transformers",
+        model=str(tiny_model_dir),
+        approval="auto",
+        memory=False,
+        candidates=2,
+        escalation=(),
+        block_tokens=24,
+        max_ticks=1,
+    )
+    with TraceStore(tmp_path / "traces.db") as store:
+        app = ConsoleApp(store=store, settings=settings)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
+            app.main.start_session(load_task(str(task)))
+            await until(pilot, lambda: app.main.live is None, "the session to end", timeout=120)
+        runs = [session.settings["run"] for session in store.list_sessions()]
+    assert len(runs) == 3
+    assert runs[0] == runs[1] == runs[2], runs
+    assert (runs[0]["approval"], runs[0]["memory"], runs[0]["max_ticks"]) == ("auto", False, 1)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_the_first_ending_signal_raises_and_later_ones_are_ignored(signum: int) -> None:
     """In process: the first SIGTERM or SIGHUP interrupts a blocking call in the main

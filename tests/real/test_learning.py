@@ -31,7 +31,7 @@ from agents.runtime import Runtime
 from storage import JobStatus, Node, TraceStore
 from training import starter
 from training.jobs import JobOptions, follow, queue_job
-from training.teach import TAUGHT, names_the_task, session_options
+from training.teach import TAUGHT, names_the_task, variant_options
 
 pytestmark = [pytest.mark.real, pytest.mark.worker, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -61,7 +61,7 @@ def context(store: TraceStore, backend: TransformersBackend, found: Variant, tmp
         store,
         backend,
         found.task,
-        session_options(backend, seed=found.seed, teaching=False, candidates=1, block_tokens=24),
+        variant_options(backend, seed=found.seed, teaching=False, candidates=1, block_tokens=24),
         sessions_dir=tmp / "sessions",
         listener=listen,
     )
