@@ -487,6 +487,7 @@ def _ray_worker(
     index: int,
 ) -> int:
     """One Ray task: its own store connection and backend, then the worker loop."""
+    from agents.adapters import use_registered_adapter
     from agents.backends import open_backend
     from agents.settings import Settings
 
@@ -495,8 +496,7 @@ def _ray_worker(
     with TraceStore(db) as store:
         backend = open_backend(settings)
         try:
-            if adapter is not None:
-                backend.use_adapter(adapter)
+            use_registered_adapter(store, backend, adapter)
             context = WorkerContext(store, backend, options, settings.sessions_dir())
             try:
                 return worker_loop(context, batch_id, worker_name(index))

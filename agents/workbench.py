@@ -167,37 +167,25 @@ class Workbench:
     def apply_adapter(self, backend: Backend, name: str | None) -> str | None:
         """Load (once) and use the registered adapter `name` (None: the base model); the
         problem, or None. Slow for a real model: from a thread."""
+        from agents.adapters import AdapterLookupError, use_registered_adapter
         from agents.backends import BackendError
-        from storage import NotFoundError
 
         try:
             use_registered_adapter(self.store, backend, name)
-        except (BackendError, NotFoundError) as exc:
+        except (AdapterLookupError, BackendError) as exc:
             return str(exc)
         return None
 
     def ensure_adapter(self, backend: Backend, name: str) -> None:
         """The registered adapter `name` loaded into `backend` (not put in use)."""
+        from agents.adapters import load_registered_adapter
+
         load_registered_adapter(self.store, backend, name)
 
     def close(self) -> None:
         self.memory.close()
         if self._owns_store and self._store is not None:
             self._store.close()
-
-
-def load_registered_adapter(store: TraceStore, backend: Backend, name: str) -> None:
-    """The store's registered adapter `name` loaded into `backend` once (not put in use)."""
-    if name not in backend.adapters():
-        backend.load_adapter(name, store.get_adapter(name).path)
-
-
-def use_registered_adapter(store: TraceStore, backend: Backend, name: str | None) -> None:
-    """`backend` samples with the registered adapter `name` (loaded first if new), or with
-    the base model (None)."""
-    if name is not None:
-        load_registered_adapter(store, backend, name)
-    backend.use_adapter(name)
 
 
 class SharedMemory:

@@ -221,11 +221,13 @@ class ConsoleApp(App[None]):
         except BackendError as exc:
             self.call_from_thread(self.model_failed, str(exc))
             return
-        if bench.start_adapter_problem is not None:
+        problem = bench.start_adapter_problem
+        if problem is not None:
+            if not problem.startswith("--adapter"):  # a lookup's line names it already
+                problem = f"--adapter {bench.start_adapter}: {problem}"
             self.call_from_thread(
                 self.notify,
-                f"--adapter {bench.start_adapter}: {bench.start_adapter_problem}; "
-                "the base model is in use",
+                f"{problem}; the base model is in use",
                 severity="warning",
                 timeout=15,
                 markup=False,

@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import batch as b
+from agents.adapters import use_registered_adapter
 from agents.backends.offline import ensure_model
-from agents.workbench import use_registered_adapter
 from storage import BatchStatus, TraceStore
 from training.improve import THEN, ImproveConfig, Improver, SideFigures
 from training.teach import variant_options

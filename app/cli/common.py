@@ -48,30 +48,29 @@ def open_model(
     settings: Settings, store: TraceStore, adapter_name: str | None, fail: Fail
 ) -> Backend | int:
     """The model backend for a headless run, with the registered adapter `adapter_name`
-    loaded and in use (sessions record the backend's active adapter when they start); an
-    exit code after one line when that cannot be."""
-    adapter = None
-    if adapter_name:
-        from app.cli.train import AdapterLookupError, find_adapter
+    in use (`agents.adapters.open_model`; sessions record the backend's active adapter
+    when they start); an exit code after one line when that cannot be."""
+    from agents.adapters import AdapterLookupError
+    from agents.adapters import open_model as open_with_adapter
+    from agents.backends import BackendError
 
-        try:
-            adapter = find_adapter(store, adapter_name)
+    if adapter_name:
+        from agents.adapters import find_adapter
+
+        try:  # a wrong name is a usage error, found before the model loads
+            find_adapter(store, adapter_name)
         except AdapterLookupError as exc:
             return fail(str(exc), exit_codes.USAGE)
-
-    from agents.backends import BackendError, open_backend
-
     print("loading the model...", file=sys.stderr, flush=True)
     try:
-        backend = open_backend(settings, lambda line: print(line, file=sys.stderr, flush=True))
-    except BackendError as exc:
+        backend = open_with_adapter(
+            settings,
+            store,
+            adapter_name or None,
+            lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except (AdapterLookupError, BackendError) as exc:
         return fail(str(exc), exit_codes.MODEL)
-    if adapter is not None:
-        try:
-            backend.load_adapter(adapter.name, adapter.path)
-            backend.use_adapter(adapter.name)
-        except BackendError as exc:
-            backend.close()
-            return fail(str(exc), exit_codes.MODEL)
-        print(f"using adapter {adapter.name!r}", file=sys.stderr, flush=True)
+    if adapter_name:
+        print(f"using adapter {adapter_name!r}", file=sys.stderr, flush=True)
     return backend

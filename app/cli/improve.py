@@ -115,10 +115,10 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _go(store: TraceStore, settings: Settings, run_id: int) -> int:
     from agents import batch as b
+    from agents.adapters import use_registered_adapter
     from agents.backends import BackendError
     from agents.runtime import UNATTENDED, session_options
     from agents.settings import data_dir
-    from agents.workbench import use_registered_adapter
     from training.improve import Improver, Stopped
 
     run = store.get_improvement(run_id)

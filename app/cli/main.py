@@ -415,7 +415,7 @@ def run(argv: Sequence[str] | None) -> int:
         return fail(str(exc), exit_codes.STORE)
     with store:
         if args.adapter_name:
-            from app.cli.train import AdapterLookupError, find_adapter
+            from agents.adapters import AdapterLookupError, find_adapter
 
             try:
                 find_adapter(store, args.adapter_name)

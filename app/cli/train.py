@@ -529,6 +529,8 @@ def run_adapters(settings: Settings) -> int:
     if not adapters:
         print("no adapters yet: `agent-console train sft` (or dpo) trains one from the labels")
         return exit_codes.OK
+    from agents.adapters import adapter_problem
+
     problems = {a.name: adapter_problem(a) for a in adapters}
     rows = [
         [
@@ -554,41 +556,6 @@ def _files(adapter: Adapter, problem: str | None) -> str:
     if problem is None:
         return "yes"
     return "BAD" if Path(adapter.path).is_dir() else "MISSING"
-
-
-def adapter_problem(adapter: Adapter) -> str | None:
-    """Why the registered adapter's folder cannot be loaded (gone, not a LoRA adapter,
-    weights missing or cut short), in one line; None when it is whole."""
-    from agents.backends.base import AdapterError
-    from agents.backends.lora import read_adapter
-
-    try:
-        read_adapter(adapter.name, adapter.path)
-    except AdapterError as exc:
-        return str(exc)
-    return None
-
-
-def find_adapter(store: TraceStore, name: str) -> Adapter:
-    """The registered adapter `name`; AdapterLookupError (one line listing the known
-    names) when there is none, or its files are gone."""
-    from storage import NotFoundError
-
-    try:
-        adapter = store.get_adapter(name)
-    except NotFoundError:
-        known = ", ".join(a.name for a in store.list_adapters()) or "none yet"
-        raise AdapterLookupError(f"--adapter {name!r}: no such adapter (known: {known})") from None
-    if not Path(adapter.path).is_dir():
-        raise AdapterLookupError(f"--adapter {name!r}: its files are gone ({adapter.path})")
-    problem = adapter_problem(adapter)
-    if problem is not None:
-        raise AdapterLookupError(f"--adapter {name!r} cannot be used: {problem}")
-    return adapter
-
-
-class AdapterLookupError(Exception):
-    """`str()` is one line for the user."""
 
 
 def _stderr_line(text: str) -> None:

@@ -159,8 +159,8 @@ def test_improvement_rounds_on_ray_writing_to_postgresql(
     write to one PostgreSQL store, labels from their checks, a training job that reads the
     same store, and the new adapter loaded into the shared server for the held-out side."""
     ray = pytest.importorskip("ray")
+    from agents.adapters import use_registered_adapter
     from agents.settings import Settings
-    from agents.workbench import use_registered_adapter
     from training.improve import ImproveConfig, Improver
 
     monkeypatch.setitem(FAMILIES, coin_family.NAME, coin_family.FAMILY)
