@@ -1,1 +1,4 @@
-"""The agent: settings today; the runtime, model backends, sandbox and memory next."""
+"""The agent, with no console: its settings, the model backends (`backends`), the runtime
+that runs a session tick by tick (`runtime`), the sandbox model code runs in (`sandbox`),
+tasks, task families and benchmark suites, the approval gate, retrieval memory, and
+batches of sessions (`batch`). Never imports Textual or `training`."""

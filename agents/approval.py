@@ -7,7 +7,7 @@ Before an action runs, the runtime builds an `ApprovalRequest` and asks the poli
 - `ask` asks the operator.
 
 Asking means handing the request to whoever speaks for the operator (the console posts
-it to the UI as a message; the request carries a `Future`) and waiting for a `Decision`.
+it to the UI as a message; the request carries a `Future`) and waiting for an `Answer`.
 With nobody to ask (headless runs), the action is rejected with the reason. This module
 never imports Textual: the console resolves the Future from its own thread.
 """
@@ -39,7 +39,7 @@ class Aborted(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Answer:
     """The operator's (or the policy's) answer to an approval request."""
 
     verdict: Verdict
@@ -51,30 +51,30 @@ class Decision:
     alternate_id: int | None = None
 
     @classmethod
-    def approve(cls) -> Decision:
+    def approve(cls) -> Answer:
         return cls(Verdict.APPROVE)
 
     @classmethod
-    def edit(cls, text: str) -> Decision:
+    def edit(cls, text: str) -> Answer:
         return cls(Verdict.EDIT, text=text)
 
     @classmethod
-    def reject(cls, reason: str) -> Decision:
+    def reject(cls, reason: str) -> Answer:
         return cls(Verdict.REJECT, reason=reason)
 
     @classmethod
-    def pick(cls, alternate_id: int) -> Decision:
+    def pick(cls, alternate_id: int) -> Answer:
         return cls(Verdict.PICK_ALTERNATE, alternate_id=alternate_id)
 
     @classmethod
-    def regenerate(cls, reason: str = "") -> Decision:
+    def regenerate(cls, reason: str = "") -> Answer:
         """Sample the action (and its expectation) again; nothing runs this time."""
         return cls(Verdict.REGENERATE, reason=reason or None)
 
 
 @dataclass(slots=True)
 class ApprovalRequest:
-    """A proposed action waiting for a verdict. Resolve `future` with a `Decision`."""
+    """A proposed action waiting for a verdict. Resolve `future` with an `Answer`."""
 
     session_id: int
     action: Node
@@ -87,7 +87,7 @@ class ApprovalRequest:
     retry: str | None = None
     #: the session's last outcome before this action (what the checks said), if any
     last_outcome: Node | None = None
-    future: Future[Decision] = field(default_factory=Future)
+    future: Future[Answer] = field(default_factory=Future)
 
     @property
     def score(self) -> float | None:
@@ -113,17 +113,17 @@ class Gate:
             return (request.action.score or 0.0) < self.threshold
         return False
 
-    def decide(self, request: ApprovalRequest, stopped: threading.Event) -> tuple[Decision, Actor]:
+    def decide(self, request: ApprovalRequest, stopped: threading.Event) -> tuple[Answer, Actor]:
         """The verdict and who gave it; raises `Aborted` if `stopped` is set while the
         operator is being waited for."""
         if self.policy is Policy.AUTO:
-            return Decision.approve(), Actor.POLICY
+            return Answer.approve(), Actor.POLICY
         if self.policy is Policy.DENY:
-            return Decision.reject("the approval policy is `deny`: actions never run"), Actor.POLICY
+            return Answer.reject("the approval policy is `deny`: actions never run"), Actor.POLICY
         if not self.needs_operator(request):
-            return Decision.approve(), Actor.POLICY
+            return Answer.approve(), Actor.POLICY
         if self.asker is None:
-            return Decision.reject(f"{request.why}, and no operator is here to ask"), Actor.POLICY
+            return Answer.reject(f"{request.why}, and no operator is here to ask"), Actor.POLICY
         self.asker(request)
         while True:
             if stopped.is_set():

@@ -350,7 +350,7 @@ def session_reward(store: TraceStore, session_id: int) -> float:
 
 
 @dataclass(frozen=True)
-class Progress:
+class BatchProgress:
     """A batch's state as the store has it."""
 
     counts: Mapping[BatchTaskStatus, int]
@@ -373,13 +373,15 @@ class Progress:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def progress_of(store: TraceStore, batch_id: int, since: float, tokens_before: int) -> Progress:
+def progress_of(
+    store: TraceStore, batch_id: int, since: float, tokens_before: int
+) -> BatchProgress:
     tasks = store.batch_tasks(batch_id)
     counts = dict.fromkeys(BatchTaskStatus, 0)
     for task in tasks:
         counts[task.status] += 1
     tokens = sum(int(t.result.get("tokens", 0)) for t in tasks) - tokens_before
-    return Progress(counts, tokens, time.monotonic() - since)
+    return BatchProgress(counts, tokens, time.monotonic() - since)
 
 
 def start_batch(
@@ -414,7 +416,7 @@ def _watch(
     store: TraceStore,
     batch_id: int,
     alive: Callable[[], bool],
-    on_progress: Callable[[Progress], None] | None,
+    on_progress: Callable[[BatchProgress], None] | None,
 ) -> None:
     since = time.monotonic()
     before = sum(int(t.result.get("tokens", 0)) for t in store.batch_tasks(batch_id))
@@ -438,7 +440,7 @@ def run_local(
     context: WorkerContext,
     batch_id: int,
     workers: int,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[BatchProgress], None] | None = None,
 ) -> Batch:
     """Run the batch's open tasks with `workers` threads sharing the context's backend.
     Ctrl-C (KeyboardInterrupt) stops every session; the batch is then aborted, resumable.
@@ -516,7 +518,7 @@ def run_ray(
     *,
     address: str | None,
     adapter: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[BatchProgress], None] | None = None,
 ) -> Batch:
     """Run the batch's open tasks as `workers` Ray tasks on the cluster at `address`
     (None: the Ray this process already started), every one writing to the store."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from agents.blocks import registered_titles
 from agents.families import Variant, split, variant
 from storage import Author, LabelScope, LabelValue, NewNode, Node, NodeStatus
@@ -124,18 +124,18 @@ class ScriptedOperator:
     def __call__(self, request: ApprovalRequest) -> None:
         request.future.set_result(self.decide(request.action.text))
 
-    def decide(self, proposed: str) -> Decision:
+    def decide(self, proposed: str) -> Answer:
         if same_code(proposed, self.variant.action):
             self.tally.approved += 1
-            return Decision.approve()
+            return Answer.approve()
         if self.reject_first:
             self.reject_first = False
             self.tally.rejected += 1
-            return Decision.reject(
+            return Answer.reject(
                 f"This does not do the task. {self.variant.task.prompt.split('. ')[-2]}."
             )
         self.tally.edited += 1
-        return Decision.edit(self.variant.action)
+        return Answer.edit(self.variant.action)
 
     def review(self, store: TraceStore, session_id: int, solved: bool) -> None:
         """Label or rewrite the blocks the gate did not ask about."""

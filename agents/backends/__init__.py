@@ -3,7 +3,6 @@ chosen: opening the console or the store never loads torch, transformers or vLLM
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ from agents.backends.base import (
     Candidate,
     ContextOverflowError,
     ModelNotFoundError,
+    Progress,
     ServerUnreachableError,
 )
 
@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from agents.settings import Settings
 
 from agents.backends.transformers_backend import DEFAULT_MODEL  # light: torch loads lazily
-
-#: Told each step of a slow load, one line at a time (the offline model's conversion).
-Progress = Callable[[str], None]
 
 
 def hub_default_cached() -> bool:

@@ -71,6 +71,8 @@ class Candidate:
     finish_reason: FinishReason
 
 
+#: Told each step of a slow load, one line at a time (the offline model's conversion).
+Progress = Callable[[str], None]
 #: A temperature under this samples greedily.
 GREEDY_BELOW = 1e-5
 #: What each of `Backend.features` lets `generate` do, as a refusal names it.

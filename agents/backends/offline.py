@@ -21,10 +21,10 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-from agents.backends.base import BackendError, one_line
+from agents.backends.base import BackendError, Progress, one_line
 from agents.backends.registry import DEFAULT, MODELS, Chunk, OfflineModel, get
 
 #: What the console calls the default offline model wherever it names it.
@@ -38,7 +38,6 @@ REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 #: Bytes read at a time while joining and hashing the chunks (never the whole file).
 BLOCK = 8 * 1024 * 1024
 
-Progress = Callable[[str], None]
 #: A registry entry's name, or the entry itself (tests convert entries of their own).
 ModelName = str | OfflineModel
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import blocks, forms, ranking
-from agents.approval import ApprovalRequest, Decision, Policy
+from agents.approval import Answer, ApprovalRequest, Policy
 from agents.backends.base import ContextOverflowError
 from agents.events import ApprovalNeeded
 from agents.runtime.context import earlier_texts, prefix_before
@@ -125,7 +125,7 @@ class GateSteps(Sampling, KernelHost):
 
     def _apply(
         self,
-        decision: Decision,
+        decision: Answer,
         actor: Actor,
         action: Node,
         alternates: Sequence[Node],

@@ -16,7 +16,7 @@ from app.cli.failing import command_fail
 from app.signals import ending_on_signals
 
 if TYPE_CHECKING:
-    from agents.batch import Progress, Summary
+    from agents.batch import BatchProgress, Summary
     from agents.settings import Settings
     from storage import Batch, BatchTask, TraceStore
 
@@ -288,7 +288,7 @@ class _Bar:
         self.told: set[int] = set()
         self.summed = clock()
 
-    def __call__(self, progress: Progress) -> None:
+    def __call__(self, progress: BatchProgress) -> None:
         from agents.batch import describe_counts
 
         filled = round(BAR_WIDTH * progress.finished / progress.total) if progress.total else 0

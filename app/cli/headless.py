@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 fail = command_fail(None)
 
 
-class Progress:
+class ProgressPrinter:
     """Prints one line per step on stderr, led by the seconds since the session started
     (and every event as JSON on stdout with --json)."""
 
@@ -134,7 +134,7 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
             task,
             options,
             sessions_dir=settings.sessions_dir(),
-            listener=Progress(args.json),
+            listener=ProgressPrinter(args.json),
             resume=args.resume,
         )
         if message:

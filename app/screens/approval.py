@@ -1,7 +1,7 @@
 """The approval modal: the operator's verdict on one proposed action.
 
 The runtime blocks on `ApprovalRequest.future`; the console pushes this screen with the
-request and resolves the future with the `Decision` the screen is dismissed with. The
+request and resolves the future with the `Answer` the screen is dismissed with. The
 screen never touches the store or the future itself, so it can be driven (and tested) on
 its own.
 
@@ -32,7 +32,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from agents.safe_text import escape_controls
 from app.actions import APPROVAL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
@@ -113,7 +113,7 @@ class ApprovalCommands(ScreenCommands):
     ENTRIES = palette(APPROVAL_ACTIONS)
 
 
-class ApprovalScreen(ModalScreen[Decision]):
+class ApprovalScreen(ModalScreen[Answer]):
     """Approve, edit, reject, pick an alternate or regenerate one proposed action."""
 
     CSS_PATH = "approval.tcss"
@@ -269,16 +269,16 @@ class ApprovalScreen(ModalScreen[Decision]):
 
     # -- verdicts -----------------------------------------------------------------------
 
-    def decide(self, decision: Decision) -> None:
+    def decide(self, decision: Answer) -> None:
         # `dismiss` pops whatever screen is on top, so only decide while this one is.
         if self.is_current:
             self.dismiss(decision)
 
     def action_approve(self) -> None:
-        self.decide(Decision.approve())
+        self.decide(Answer.approve())
 
     def action_regenerate(self) -> None:
-        self.decide(Decision.regenerate())
+        self.decide(Answer.regenerate())
 
     def action_stop_session(self) -> None:
         if self.is_current:
@@ -290,10 +290,10 @@ class ApprovalScreen(ModalScreen[Decision]):
         if alternate is None:
             self.notify("highlight an alternate in the list first", severity="warning")
             return
-        self.decide(Decision.pick(alternate.id))
+        self.decide(Answer.pick(alternate.id))
 
     def action_pick_number(self, number: int) -> None:
-        self.decide(Decision.pick(self.request.alternates[number - 1].id))
+        self.decide(Answer.pick(self.request.alternates[number - 1].id))
 
     def action_edit(self) -> None:
         # the editor writes its text to the terminal as it is: controls go in escaped (in
@@ -339,7 +339,7 @@ class ApprovalScreen(ModalScreen[Decision]):
         if text.strip() == escape_controls(self.request.action.text).strip():
             self.notify("unchanged: press a to approve as it is", severity="warning")
             return
-        self.decide(Decision.edit(text))
+        self.decide(Answer.edit(text))
 
     def action_reject(self) -> None:
         self.query_one("#approval-reason", Input).clear()
@@ -350,7 +350,7 @@ class ApprovalScreen(ModalScreen[Decision]):
         if not reason:
             self.notify("a reason is needed: the agent reads it as feedback", severity="warning")
             return
-        self.decide(Decision.reject(reason))
+        self.decide(Answer.reject(reason))
 
     @on(Input.Submitted, "#approval-reason")
     def reason_submitted(self, event: Input.Submitted) -> None:

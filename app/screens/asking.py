@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from textual.app import App
 
-    from agents.approval import ApprovalRequest, Decision
+    from agents.approval import Answer, ApprovalRequest
 
 
-class Asker(Protocol):
+class AskingOwner(Protocol):
     """What the queue needs of the screen that owns it."""
 
     app: App[None]
@@ -32,7 +32,7 @@ class Asker(Protocol):
 
 
 class Asking:
-    def __init__(self, owner: Asker) -> None:
+    def __init__(self, owner: AskingOwner) -> None:
         self.owner = owner
         #: requests not yet shown, oldest first
         self.waiting: list[ApprovalRequest] = []
@@ -89,7 +89,7 @@ class Asking:
         self.set_aside = False
         screen = ApprovalScreen(request)
 
-        def answered(decision: Decision | None) -> None:
+        def answered(decision: Answer | None) -> None:
             if self.current is not request:
                 return  # the session ended while the panel was up (`close`)
             if screen.set_aside:

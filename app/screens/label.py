@@ -41,7 +41,7 @@ from storage import (
     NodeStatus,
     StoreError,
 )
-from training.queue import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
+from training.label_pages import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
 
 if TYPE_CHECKING:

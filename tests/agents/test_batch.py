@@ -88,7 +88,7 @@ def test_a_batch_of_20_runs_4_at_a_time_against_one_server(
 ) -> None:
     tasks_file, easy = write_tasks(tmp_path / "tasks", 21)
     backend = OpenAIBackend(vllm_server.base_url, SERVED_NAME, timeout=60)
-    seen: list[b.Progress] = []
+    seen: list[b.BatchProgress] = []
     with TraceStore(tmp_path / "traces.db") as store:
         batch = b.start_batch(store, tasks_file, {"workers": 4})
         context = b.WorkerContext(store, backend, FAST, tmp_path / "sessions")

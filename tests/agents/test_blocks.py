@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agents import blocks, ranking
-from agents.approval import Aborted, ApprovalRequest, Decision, Gate
+from agents.approval import Aborted, Answer, ApprovalRequest, Gate
 from agents.blocks import Header
 from storage import Actor, Author, NewNode, NodeStatus, TraceStore, Verdict
 
@@ -226,10 +226,10 @@ def _request(store: TraceStore, score: float) -> ApprovalRequest:
 def test_policies_without_an_operator(store: TraceStore) -> None:
     stop = threading.Event()
     low, high = _request(store, 0.5), _request(store, 5.0)
-    assert Gate("auto", 2.0).decide(low, stop) == (Decision.approve(), Actor.POLICY)
+    assert Gate("auto", 2.0).decide(low, stop) == (Answer.approve(), Actor.POLICY)
     verdict, actor = Gate("deny", 2.0).decide(high, stop)
     assert verdict.verdict is Verdict.REJECT and actor is Actor.POLICY
-    assert Gate("evaluated", 2.0).decide(high, stop)[0] == Decision.approve()
+    assert Gate("evaluated", 2.0).decide(high, stop)[0] == Answer.approve()
     verdict, _ = Gate("evaluated", 2.0).decide(low, stop)
     assert verdict.verdict is Verdict.REJECT and "no operator" in (verdict.reason or "")
     verdict, _ = Gate("ask", 2.0).decide(high, stop)
@@ -241,13 +241,13 @@ def test_ask_waits_for_the_operator_on_another_thread(store: TraceStore) -> None
 
     def asker(request: ApprovalRequest) -> None:
         asked.append(request)
-        threading.Timer(0.2, request.future.set_result, [Decision.edit("x = 2")]).start()
+        threading.Timer(0.2, request.future.set_result, [Answer.edit("x = 2")]).start()
 
     request = _request(store, 9.0)
     started = time.monotonic()
     decision, actor = Gate("ask", 2.0, asker).decide(request, threading.Event())
     assert asked == [request]
-    assert decision == Decision.edit("x = 2") and actor is Actor.OPERATOR
+    assert decision == Answer.edit("x = 2") and actor is Actor.OPERATOR
     assert time.monotonic() - started >= 0.2
 
 

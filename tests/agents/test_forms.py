@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents import blocks, forms, prompting, ranking
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.sandbox import CallResult, Kernel, Limits
 from storage import Author, JobKind, NodeStatus, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
@@ -201,7 +201,7 @@ def test_a_session_of_script_blocks_through_chat_prompts(
             store,
             Recording(),
             tmp_path,
-            [lambda r: Decision.edit(failing), lambda r: Decision.edit(SCRIPT_SOLVE)],
+            [lambda r: Answer.edit(failing), lambda r: Answer.edit(SCRIPT_SOLVE)],
             prompt="chat",
             form="script",
         )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents import memory as memory_mod
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.events import MemoryOff
 from agents.memory import Hit, Memory, render_memory
 from storage import NodeStatus, TraceStore
@@ -169,9 +169,7 @@ def test_the_runtime_recalls_another_session_into_the_context(
     done = past.block("outcome", "action: Write the answer -> wrote 42 to answer.txt", tick=1)
     store.add_label(done.id, "good", scope="path")
     mem = open_memory(store, tmp_path / "traces.db.memory")
-    runtime, _ = make_runtime(
-        store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)], memory=True
-    )
+    runtime, _ = make_runtime(store, backend, tmp_path, [lambda r: Answer.edit(SOLVE)], memory=True)
     runtime.memory = mem
     outcome = runtime.run()
     tree = store.tree(outcome.session_id)
@@ -195,7 +193,7 @@ def test_the_runtime_goes_on_without_memory_when_the_model_cannot_load(
         store,
         backend,
         tmp_path,
-        [lambda r: Decision.edit(SOLVE)],
+        [lambda r: Answer.edit(SOLVE)],
         events=events,
         memory=True,
         memory_model=str(tmp_path / "no-such-model"),

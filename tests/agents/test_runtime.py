@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents import blocks
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.events import (
     AgentMessage,
     DecisionRecorded,
@@ -65,7 +65,7 @@ def test_a_full_tick_with_an_operator_edit(
 ) -> None:
     events: list[RuntimeEvent] = []
     runtime, asked = make_runtime(
-        sqlite_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)], events=events
+        sqlite_store, backend, tmp_path, [lambda r: Answer.edit(SOLVE)], events=events
     )
     outcome = runtime.run()
     store = sqlite_store
@@ -172,12 +172,12 @@ def test_a_tick_that_cannot_fit_truncates_the_session(
 
 
 def first_answer_then_solve(
-    store: TraceStore, backend: object, tmp_path: Path, first: Decision
+    store: TraceStore, backend: object, tmp_path: Path, first: Answer
 ) -> tuple[Outcome, Node, Node]:
     """A session whose first proposed action gets `first` and whose second is edited
     into SOLVE: it completes. Returns the outcome and the two proposed actions."""
     runtime, asked = make_runtime(
-        store, backend, tmp_path, [lambda r: first, lambda r: Decision.edit(SOLVE)]
+        store, backend, tmp_path, [lambda r: first, lambda r: Answer.edit(SOLVE)]
     )
     outcome = runtime.run()
     assert outcome.status is SessionStatus.COMPLETED
@@ -188,7 +188,7 @@ def test_rejection_reason_is_feedback_in_the_next_context(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
     _, first, second = first_answer_then_solve(
-        sqlite_store, backend, tmp_path, Decision.reject("do not touch the network")
+        sqlite_store, backend, tmp_path, Answer.reject("do not touch the network")
     )
     (decision,) = sqlite_store.decisions(first.id)
     assert decision.verdict is Verdict.REJECT and decision.reason == "do not touch the network"
@@ -210,7 +210,7 @@ def test_picking_an_alternate_runs_it(
         sqlite_store,
         backend,
         tmp_path,
-        [lambda r: Decision.pick(r.alternates[-1].id)],
+        [lambda r: Answer.pick(r.alternates[-1].id)],
         max_ticks=1,
     )
     outcome = runtime.run()
@@ -233,7 +233,7 @@ def test_a_hung_action_is_killed_and_the_kernel_comes_back(
         sqlite_store,
         backend,
         tmp_path,
-        [lambda r: Decision.edit(HANG), lambda r: Decision.edit(SOLVE)],
+        [lambda r: Answer.edit(HANG), lambda r: Answer.edit(SOLVE)],
         action_timeout=2.0,
     )
     outcome = runtime.run()
@@ -309,7 +309,7 @@ def test_resume_continues_from_the_last_complete_tick(
         TASK,
         options(escalation=()),
         sessions_dir=tmp_path / "sessions",
-        asker=lambda r: r.future.set_result(Decision.edit(SOLVE)),
+        asker=lambda r: r.future.set_result(Answer.edit(SOLVE)),
         resume=done.session_id,
     )
     again = second.run()
@@ -326,7 +326,7 @@ def test_regenerate_samples_the_action_again_and_runs_nothing(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
     outcome, first, second = first_answer_then_solve(
-        sqlite_store, backend, tmp_path, Decision.regenerate("try another way")
+        sqlite_store, backend, tmp_path, Answer.regenerate("try another way")
     )
     assert first.id != second.id
     (decision,) = sqlite_store.decisions(first.id)
@@ -415,7 +415,7 @@ def test_a_retry_request_says_which_try_and_why_the_last_did_not_do(
         sqlite_store,
         backend,
         tmp_path,
-        [lambda r: Decision.edit(raising), lambda r: Decision.edit(SOLVE)],
+        [lambda r: Answer.edit(raising), lambda r: Answer.edit(SOLVE)],
     )
     outcome = runtime.run()
     assert outcome.status is SessionStatus.COMPLETED
@@ -435,7 +435,7 @@ def test_a_new_session_never_sees_files_left_under_its_id(backend: object, tmp_p
     session 1: the second starts with the task's files only, and the first's work
     directory is moved aside, not deleted."""
     with TraceStore(tmp_path / "one.db") as first_store:
-        first, _ = make_runtime(first_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)])
+        first, _ = make_runtime(first_store, backend, tmp_path, [lambda r: Answer.edit(SOLVE)])
         assert first.run().status is SessionStatus.COMPLETED
     assert (tmp_path / "sessions" / "1" / "work" / "answer.txt").exists()
     with TraceStore(tmp_path / "two.db") as second_store:

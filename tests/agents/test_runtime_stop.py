@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agents import blocks
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.events import NodeChanged, RuntimeEvent, SessionStarted, StatusChanged
 from agents.runtime import Runtime, task_snapshot
 from agents.sandbox import Kernel
@@ -55,7 +55,7 @@ def runtime_for(
         options(**{"escalation": (), **opts}),
         sessions_dir=tmp_path / "sessions",
         listener=listener,
-        asker=lambda request: request.future.set_result(Decision.edit(SOLVE)),
+        asker=lambda request: request.future.set_result(Answer.edit(SOLVE)),
         resume=resume,
     )
 

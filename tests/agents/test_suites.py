@@ -233,14 +233,14 @@ def test_plain_and_agent_on_the_tiny_model(backend: object, tmp_path: Path) -> N
     answer = plain_answer(backend, problem)  # type: ignore[arg-type]
     assert answer.token_ids and verdict(task, plain_solution(problem, answer.text))[0] is False
     solved = f"# {SOLUTION}\n{problem.prompt}{problem.canonical_solution}"
-    from agents.approval import Decision
+    from agents.approval import Answer
 
     with TraceStore(tmp_path / "traces.db") as store:
         runtime, _ = make_runtime(
             store,
             backend,
             tmp_path,
-            [lambda r: Decision.edit(solved)] * 2,
+            [lambda r: Answer.edit(solved)] * 2,
             task=task,
             prompt="chat",
             form="script",

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.command import CommandList, CommandPalette
 from textual.widgets import Input, OptionList, Static, TextArea
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from app.screens.approval import (
     EDIT_HIGHLIGHT_MAX_CHARS,
     VIEW_MAX_CHARS,
@@ -50,7 +50,7 @@ class Host(App[None]):
     def __init__(self, request: ApprovalRequest) -> None:
         super().__init__()
         self.request = request
-        self.decisions: list[Decision | None] = []
+        self.decisions: list[Answer | None] = []
 
     def on_mount(self) -> None:
         self.push_screen(ApprovalScreen(self.request), self.decisions.append)
@@ -101,7 +101,7 @@ async def test_approve(request_: ApprovalRequest) -> None:
         await pilot.pause()
         await pilot.press("a")
         await pilot.pause()
-        assert app.decisions == [Decision.approve()]
+        assert app.decisions == [Answer.approve()]
         assert not isinstance(app.screen, ApprovalScreen)
 
 
@@ -111,7 +111,7 @@ async def test_regenerate(request_: ApprovalRequest) -> None:
         await pilot.pause()
         await pilot.press("g")
         await pilot.pause()
-        assert app.decisions == [Decision.regenerate()]
+        assert app.decisions == [Answer.regenerate()]
 
 
 async def test_highlighting_an_alternate_shows_its_code(request_: ApprovalRequest) -> None:
@@ -143,7 +143,7 @@ async def test_pick_the_highlighted_alternate(request_: ApprovalRequest) -> None
         assert footer(modal(app))["p"] == ("Pick", True)
         await pilot.press("p")
         await pilot.pause()
-        assert app.decisions == [Decision.pick(request_.alternates[1].id)]
+        assert app.decisions == [Answer.pick(request_.alternates[1].id)]
 
 
 async def test_a_digit_picks_that_alternate(request_: ApprovalRequest) -> None:
@@ -155,7 +155,7 @@ async def test_a_digit_picks_that_alternate(request_: ApprovalRequest) -> None:
         assert app.decisions == []
         await pilot.press("1")
         await pilot.pause()
-        assert app.decisions == [Decision.pick(request_.alternates[0].id)]
+        assert app.decisions == [Answer.pick(request_.alternates[0].id)]
 
 
 async def test_without_alternates_pick_is_off(store: TraceStore) -> None:
@@ -199,7 +199,7 @@ async def test_edit_refuses_invalid_python_then_accepts_the_fix(
         editor.move_cursor(editor.document.end)
         await pilot.press(*"print(1)", "ctrl+s")
         await pilot.pause()
-        assert app.decisions == [Decision.edit(ACTION_TEXT + "print(1)")]
+        assert app.decisions == [Answer.edit(ACTION_TEXT + "print(1)")]
 
 
 async def test_edit_unchanged_is_refused(request_: ApprovalRequest) -> None:
@@ -277,7 +277,7 @@ async def test_reject_needs_a_reason(request_: ApprovalRequest) -> None:
 
         await pilot.press(*"reads the wrong file", "enter")
         await pilot.pause()
-        assert app.decisions == [Decision.reject("reads the wrong file")]
+        assert app.decisions == [Answer.reject("reads the wrong file")]
 
 
 async def test_escape_leaves_reject_mode(request_: ApprovalRequest) -> None:
@@ -319,7 +319,7 @@ async def test_a_huge_action_is_capped_in_the_view_but_edited_whole(store: Trace
         assert "highlighting is off" in notes.texts()[-1]
         await pilot.press("#", "ctrl+s")
         await pilot.pause()
-        assert app.decisions == [Decision.edit("#" + huge)]
+        assert app.decisions == [Answer.edit("#" + huge)]
 
 
 async def test_the_palette_offers_the_approval_commands(request_: ApprovalRequest) -> None:
@@ -358,7 +358,7 @@ async def test_the_palette_offers_the_approval_commands(request_: ApprovalReques
         assert any("approval: Regenerate" in prompt for prompt in prompts), prompts
         await pilot.press("down", "enter")
         await pilot.pause(0.2)
-        assert app.decisions == [Decision.regenerate()]
+        assert app.decisions == [Answer.regenerate()]
         assert not isinstance(app.screen, ApprovalScreen | CommandPalette)
 
 

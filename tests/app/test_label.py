@@ -21,7 +21,7 @@ from storage import LabelScope, LabelValue, TraceStore
 from tests.support.label_trees import SessionBuilder, Tick
 from tests.support.pilot import Notes, settle
 from tests.support.traces import build_session
-from training.queue import PAGE_SIZE, load_queue_page
+from training.label_pages import PAGE_SIZE, load_queue_page
 from training.rules import count_training_data
 
 pytestmark = [pytest.mark.cli]

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from agents import blocks
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.sandbox import CallResult, Kernel, Limits
 from agents.sandbox.kernel import MAX_DEPTH
 from storage import Author, NodeStatus, SessionStatus, TraceStore
@@ -219,7 +219,7 @@ def test_an_attacking_action_fails_and_the_session_goes_on_to_solve_the_task(
             tmp_path,
             # the fix, as often as the operator is asked: a call cut short by the
             # kernel's restart fails, and the operator writes the fix again
-            [lambda r: Decision.edit(action(ATTACKS[name]))] + [lambda r: Decision.edit(SOLVE)] * 4,
+            [lambda r: Answer.edit(action(ATTACKS[name]))] + [lambda r: Answer.edit(SOLVE)] * 4,
             task=TASK,
             candidates=1,
             escalation=(),

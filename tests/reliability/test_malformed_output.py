@@ -5,7 +5,7 @@ and recorded.
 
 Everything is real: the tests' random-init tiny Qwen2 in process, the bubblewrap sandbox
 kernel, a SQLite file, the console under Pilot, the `agent-console` executable. Operator
-decisions are fed through the runtime's approval gate (`agents.approval.Decision`), as
+decisions are fed through the runtime's approval gate (`agents.approval.Answer`), as
 the console's modal does.
 
 1. A block that never ends: the tiny model never writes `#endblock`, so with a 12-token
@@ -47,7 +47,7 @@ from pathlib import Path
 import pytest
 
 from agents import blocks
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.runtime import OPERATOR_CONTEXT_CHARS, RUNTIME_TEXT_CHARS, Outcome
 from agents.sandbox import Limits
 from agents.tasks import Task
@@ -155,7 +155,7 @@ def test_a_block_that_never_ends_is_closed_marked_truncated_and_the_session_goes
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
     runtime, _ = make_runtime(
-        sqlite_store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)], **FAST
+        sqlite_store, backend, tmp_path, [lambda r: Answer.edit(SOLVE)], **FAST
     )
     outcome = runtime.run()
     assert outcome.status is SessionStatus.COMPLETED, outcome
@@ -204,7 +204,7 @@ def megabyte(tmp_path_factory: pytest.TempPathFactory, backend: object) -> Megab
     tmp = tmp_path_factory.mktemp("megabyte")
     with TraceStore(tmp / "traces.db") as store:
         runtime, asked = make_runtime(
-            store, backend, tmp, [lambda r: Decision.edit(MEGABYTE)], task=TASK, **FAST
+            store, backend, tmp, [lambda r: Answer.edit(MEGABYTE)], task=TASK, **FAST
         )
         outcome = runtime.run()
         return Megabyte(
@@ -308,7 +308,7 @@ def test_invalid_utf8_from_tools_is_stored_replaced_and_the_session_exports(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
     runtime, _ = make_runtime(
-        sqlite_store, backend, tmp_path, [lambda r: Decision.edit(BAD_BYTES)], **FAST
+        sqlite_store, backend, tmp_path, [lambda r: Answer.edit(BAD_BYTES)], **FAST
     )
     outcome = runtime.run()
     store = sqlite_store
@@ -361,7 +361,7 @@ def test_printing_100_mb_is_capped_recorded_and_the_kernel_lives_on(
         sqlite_store,
         backend,
         tmp_path,
-        [lambda r: Decision.edit(FLOOD)],
+        [lambda r: Answer.edit(FLOOD)],
         task=FLOOD_TASK,
         action_timeout=30.0,
         **FAST,

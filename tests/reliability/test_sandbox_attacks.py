@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.sandbox import CallResult, Kernel, Limits, SandboxError
 from agents.sandbox import workdir as workdir_module
 from agents.sandbox.python_inside import path_inside, python_layout
@@ -471,7 +471,7 @@ def test_an_action_that_fills_the_work_dir_fails_inside_and_the_session_solves_i
             store,
             backend,
             tmp_path,
-            [lambda r: Decision.edit(FILL)] + [lambda r: Decision.edit(MAKE_ROOM)] * 4,
+            [lambda r: Answer.edit(FILL)] + [lambda r: Answer.edit(MAKE_ROOM)] * 4,
             task=TASK,
             candidates=1,
             escalation=(),

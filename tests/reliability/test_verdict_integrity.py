@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.events import EvaluationRecorded, RuntimeEvent
 from agents.runtime import session_solved
 from agents.sandbox import Kernel
@@ -65,7 +65,7 @@ def test_attack_forge_the_tasks_verdict(name: str, backend: object, tmp_path: Pa
             store,
             backend,
             tmp_path,
-            [lambda r: Decision.edit(action(FORGERIES[name]))],
+            [lambda r: Answer.edit(action(FORGERIES[name]))],
             task=TASK,
             events=events,
             candidates=1,

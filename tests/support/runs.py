@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from agents.events import RuntimeEvent
 from agents.runtime import RunOptions, Runtime
 from agents.tasks import Task
@@ -34,7 +34,7 @@ def make_runtime(
     store: TraceStore,
     backend: object,
     tmp_path: Path,
-    answers: list[Callable[[ApprovalRequest], Decision]] | None = None,
+    answers: list[Callable[[ApprovalRequest], Answer]] | None = None,
     task: Task = TASK,
     events: list[RuntimeEvent] | None = None,
     clock: Callable[[], float] | None = None,
@@ -45,7 +45,7 @@ def make_runtime(
 
     def asker(request: ApprovalRequest) -> None:
         asked.append(request)
-        request.future.set_result(queue.pop(0)(request) if queue else Decision.approve())
+        request.future.set_result(queue.pop(0)(request) if queue else Answer.approve())
 
     runtime = Runtime(
         store,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.approval import Decision
+from agents.approval import Answer
 from agents.backends.transformers_backend import TransformersBackend
 from agents.tasks import Task, load_task
 from storage import EvaluationKind, JobKind, JobStatus, LabelValue, TraceStore
@@ -99,7 +99,7 @@ def test_operator_edits_train_an_adapter_that_solves_the_task(
             store,
             backend,
             tmp_path / f"t{i}",
-            [lambda request: Decision.edit(FIX)],
+            [lambda request: Answer.edit(FIX)],
             task=task,
             approval="ask",
             seed=i,

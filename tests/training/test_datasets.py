@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agents import blocks
-from agents.approval import Decision
+from agents.approval import Answer
 from app import exit_codes
 from app.cli import run
 from storage import Author, LabelScope, LabelValue, NodeStatus, TraceStore
@@ -47,7 +47,7 @@ def sqlite_store(db: Path) -> Iterator[TraceStore]:
 
 def edited_session(store: TraceStore, backend: object, tmp_path: Path) -> int:
     """One real tick on the tiny model where the operator rewrites the action."""
-    runtime, _ = make_runtime(store, backend, tmp_path, [lambda r: Decision.edit(SOLVE)])
+    runtime, _ = make_runtime(store, backend, tmp_path, [lambda r: Answer.edit(SOLVE)])
     return runtime.run().session_id
 
 

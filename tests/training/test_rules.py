@@ -20,7 +20,7 @@ from storage import (
     Verdict,
 )
 from tests.support.label_trees import SessionBuilder
-from training.queue import load_queue_page, through
+from training.label_pages import load_queue_page, through
 from training.rules import (
     Counts,
     Pair,

@@ -13,7 +13,7 @@ from pathlib import Path
 from textual.app import App
 from textual.widgets import Input, TextArea
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from app.screens.approval import ApprovalScreen
 from storage import NewNode, NodeStatus, TraceStore
 
@@ -76,7 +76,7 @@ class ApprovalSnapshotApp(App[None]):
 
     The snapshot plugin finds this class (the file's only App) and instantiates it."""
 
-    decision: Decision | None = None
+    decision: Answer | None = None
 
     async def on_mount(self) -> None:
         self.folder = tempfile.TemporaryDirectory()
@@ -87,7 +87,7 @@ class ApprovalSnapshotApp(App[None]):
             if isinstance(widget, Input | TextArea):
                 widget.cursor_blink = False
 
-    def decided(self, decision: Decision | None) -> None:
+    def decided(self, decision: Answer | None) -> None:
         self.decision = decision
 
     def on_unmount(self) -> None:

@@ -4,7 +4,7 @@ session has an outcome, so the panel shows both."""
 
 from __future__ import annotations
 
-from agents.approval import ApprovalRequest, Decision
+from agents.approval import Answer, ApprovalRequest
 from app.screens.approval import ApprovalScreen
 from storage import NewNode, NodeStatus
 from tests.app.snapshot_apps.main_app import MainSnapshotApp
@@ -13,7 +13,7 @@ OUTCOME_TEXT = "#### check: test_load passes\nFAILED tests/test_config.py::test_
 
 
 class PanelSnapshotApp(MainSnapshotApp):
-    decision: Decision | None = None
+    decision: Answer | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,7 +36,7 @@ class PanelSnapshotApp(MainSnapshotApp):
     def on_ready(self) -> None:
         self.push_screen(ApprovalScreen(self.request), self.decided)
 
-    def decided(self, decision: Decision | None) -> None:
+    def decided(self, decision: Answer | None) -> None:
         self.decision = decision
 
 
