@@ -11,7 +11,6 @@ the sessions touched since the last count; a newer count cancels an older one).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group, RenderableType
@@ -30,16 +29,15 @@ from agents.safe_text import escape_controls
 from agents.workbench import SharedMemory, Workbench
 from app.actions import LABEL_ACTIONS, bindings, palette
 from app.commands import ScreenCommands
+from app.labelling import Given, Labeller
 from app.text import one_line
 from storage import (
     Author,
     EvaluationResult,
-    Label,
     LabelScope,
     LabelValue,
     Node,
     NodeStatus,
-    StoreError,
 )
 from training.label_pages import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load_queue_page, through
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
@@ -63,14 +61,6 @@ STATUS_STYLES = {
 }
 QUEUE_ACTIONS = ("good", "bad", "confirm", "skip", "undo", "note", "toggle_scope", "similar")
 SCOPE_WORDS = {LabelScope.BLOCK: "this block", LabelScope.PATH: "the whole path to this tick"}
-
-
-@dataclass(frozen=True, slots=True)
-class Given:
-    """A label given in this screen, and the queue item it was given from (for undo)."""
-
-    label: Label
-    item: QueueItem
 
 
 class LabelCommands(ScreenCommands):
@@ -103,7 +93,8 @@ class LabelScreen(Screen[None]):
         self.window = 0
         #: queue items from the current one on (None until counted)
         self.left: int | None = None
-        self.given: list[Given] = []
+        #: the labels given here, each with the queue item it was given from
+        self.labeller: Labeller[QueueItem] = Labeller(store)
         #: blocks labelled alike from the similar-branches screen (not undone by `u`)
         self.alike = 0
         self.skipped = 0
@@ -169,25 +160,21 @@ class LabelScreen(Screen[None]):
         scope: LabelScope,
         note: str | None,
     ) -> None:
-        label = self.store.add_label(target_id, value, scope=scope, note=note)
-        self.app.call_from_thread(self.record_given, Given(label, item))
+        given = self.labeller.write(target_id, value, item, scope=scope, note=note)
+        self.app.call_from_thread(self.record_given, given)
         # A path label may cover later items too: the queue is read again past this one.
         page = load_queue_page(self.store, after=item.key, session_id=self.session_id)
         self.app.call_from_thread(self.replace_window, page)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="label-store",
           name="undoing the label")  # fmt: skip
-    def retract(self, given: Given) -> None:
-        try:
-            self.store.retract_label(given.label.id)
-        except StoreError as exc:
-            # Taken back (or removed) elsewhere meanwhile: it is undone either way.
-            self.app.call_from_thread(
-                self.notify, f"{exc}: nothing more to undo for it", severity="warning"
-            )
+    def retract(self, given: Given[QueueItem]) -> None:
+        warning = self.labeller.take_back(given)
+        if warning is not None:
+            self.app.call_from_thread(self.notify, warning, severity="warning")
         self.app.call_from_thread(self.forget_given, given)
         page = load_queue_page(
-            self.store, after=through(given.item.key), session_id=self.session_id
+            self.store, after=through(given.context.key), session_id=self.session_id
         )
         self.app.call_from_thread(self.replace_window, page)
 
@@ -261,10 +248,10 @@ class LabelScreen(Screen[None]):
             self.tail = page.items[-1].key
         self.show()
 
-    def record_given(self, given: Given) -> None:
+    def record_given(self, given: Given[QueueItem]) -> None:
         """The label is stored: move on at once (the fresh page follows)."""
-        self.given.append(given)
-        if self.items and self.items[0].node.id == given.item.node.id:
+        self.labeller.record(given)
+        if self.items and self.items[0].node.id == given.context.node.id:
             self.items.pop(0)
             if self.left:
                 self.left -= 1
@@ -273,10 +260,9 @@ class LabelScreen(Screen[None]):
         self.recount = True
         self.show()
 
-    def forget_given(self, given: Given) -> None:
-        if self.given and self.given[-1] == given:
-            self.given.pop()
-        self.items.insert(0, given.item)
+    def forget_given(self, given: Given[QueueItem]) -> None:
+        self.labeller.forget(given)
+        self.items.insert(0, given.context)
         if self.left is not None:
             self.left += 1
         self.recount = True
@@ -300,7 +286,7 @@ class LabelScreen(Screen[None]):
                 return False
             return None if self.busy else True
         if action == "undo":
-            if not self.given:
+            if not self.labeller.given:
                 return False
             return None if self.busy else True
         if action in ("note", "toggle_scope"):
@@ -309,7 +295,7 @@ class LabelScreen(Screen[None]):
                 return False
             return None if self.busy else True
         if action == "similar":
-            if not self.given or self.memory is None:
+            if not self.labeller.given or self.memory is None:
                 return False
             return None if self.busy else True
         if action in ("train", "jobs"):
@@ -350,10 +336,10 @@ class LabelScreen(Screen[None]):
         self.show()
 
     def action_undo(self) -> None:
-        if self.busy or not self.given:
+        if self.busy or not self.labeller.given:
             return
         self.start("undoing")
-        self.retract(self.given[-1])
+        self.retract(self.labeller.given[-1])
 
     def action_note(self) -> None:
         if self.current is None or self.busy:
@@ -398,9 +384,9 @@ class LabelScreen(Screen[None]):
         from app.screens.similar import SimilarScreen
 
         memory = self.memory
-        if self.busy or not self.given or memory is None:
+        if self.busy or not self.labeller.given or memory is None:
             return
-        screen = SimilarScreen(self.store, memory, self.given[-1].label)
+        screen = SimilarScreen(self.store, memory, self.labeller.given[-1].label)
         self.app.push_screen(screen, self.labelled_alike)
 
     def labelled_alike(self, count: int | None) -> None:
@@ -486,7 +472,7 @@ class LabelScreen(Screen[None]):
         counts = self.counts
         text = Text.assemble(
             ("labelled ", "dim"),
-            (f"{len(self.given) + self.alike:,}", "bold"),
+            (f"{len(self.labeller.given) + self.alike:,}", "bold"),
             *(
                 (("  ·  ⚙ by the checks ", "dim"), (f"{self.automatic:,}", "bold"))
                 if self.automatic

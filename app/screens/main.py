@@ -28,6 +28,7 @@ from agents.safe_text import escape_controls
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
 from app.job_watch import JobWatch, ending_note
+from app.labelling import Given, Labeller
 from app.messages import (
     ApprovalRequested,
     LiveAgentMessage,
@@ -109,7 +110,6 @@ class MainScreen(Screen[None]):
         #: the live session's approval requests: asked, set aside or waiting
         self.asking = Asking(self)
         self.inspected: tuple[int, int] | None = None
-        self.given: list[Label] = []
         #: step mode asked for before a session runs: the next session starts in it
         self.armed: str | None = None
         self._working: Timer | None = None
@@ -127,6 +127,7 @@ class MainScreen(Screen[None]):
         self.block_highlighted: tuple[bool, bool] = (False, False)
         #: the training jobs seen running, to tell each one's end once
         self.job_watch = JobWatch()
+        self._labeller: Labeller[None] | None = None
 
     @property
     def bench(self) -> Workbench:
@@ -135,6 +136,13 @@ class MainScreen(Screen[None]):
     @property
     def store(self) -> TraceStore:
         return self.bench.store
+
+    @property
+    def labeller(self) -> Labeller[None]:
+        """The labels given here (`u` undoes them), once the store is open."""
+        if self._labeller is None:
+            self._labeller = Labeller(self.store)
+        return self._labeller
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -533,7 +541,7 @@ class MainScreen(Screen[None]):
         if action in ("label_good", "label_bad"):
             return self._selected_block() is not None or None
         if action == "undo_label":
-            return bool(self.given) or None
+            return self.labeller.last is not None or None
         if action == "similar":
             return self._selected_label() is not None
         if action == "decide":
@@ -695,13 +703,15 @@ class MainScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="labels")
     def write_label(self, node: Node, value: LabelValue) -> None:
-        label = self.store.add_label(node.id, value)
+        given = self.labeller.write(node.id, value, None)
         labels = self.store.session_labels(node.session_id)
-        self.app.call_from_thread(self.labelled, node, label, labels)
+        self.app.call_from_thread(self.labelled, node, labels, given)
 
-    def labelled(self, node: Node, label: Label | None, labels: dict[int, Label]) -> None:
-        if label is not None:
-            self.given.append(label)
+    def labelled(
+        self, node: Node, labels: dict[int, Label], given: Given[None] | None = None
+    ) -> None:
+        if given is not None:
+            self.labeller.record(given)
         tree = self.query_one(TraceTree)
         tree.set_labels(node.session_id, labels)
         if tree.cursor_node is not None:
@@ -709,15 +719,19 @@ class MainScreen(Screen[None]):
         self.footer_for_selection(force=True)
 
     def action_undo_label(self) -> None:
-        if self.given:
-            self.retract(self.given.pop())
+        given = self.labeller.last
+        if given is not None:
+            self.labeller.forget(given)
+            self.retract(given)
 
     @work(thread=True, exit_on_error=False, group="labels")
-    def retract(self, label: Label) -> None:
-        self.store.retract_label(label.id)
-        node = self.store.get_node(label.node_id)
+    def retract(self, given: Given[None]) -> None:
+        warning = self.labeller.take_back(given)
+        if warning is not None:
+            self.app.call_from_thread(self.notify, warning, severity="warning", markup=False)
+        node = self.store.get_node(given.label.node_id)
         labels = self.store.session_labels(node.session_id)
-        self.app.call_from_thread(self.labelled, node, None, labels)
+        self.app.call_from_thread(self.labelled, node, labels)
 
     def labels_changed(self, _: object = None) -> None:
         """Labels were given elsewhere (the labelling screen): read back the open sessions'."""

@@ -697,6 +697,33 @@ async def test_undo_follows_the_block_labelled_not_the_cursor(
         assert label_of_line(app, built.retry).plain.startswith("! action")
 
 
+async def test_undo_of_a_label_taken_back_elsewhere_warns_as_the_label_screen_does(
+    store: TraceStore, built: MainTrace
+) -> None:
+    """The main screen and the labelling screen share one labeller: a label taken back
+    elsewhere meanwhile is undone either way, with a warning, never an error."""
+    notes = Notes()
+    app = console_app(store)
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await expand_first_session(app, pilot)
+        await select(app, pilot, built.retry)
+        await pilot.press("g")
+        await settle(app, pilot)
+        label = store.label_of(built.retry.id)
+        assert label is not None
+        store.retract_label(label.id)  # another console took it back meanwhile
+        await pilot.press("u")
+        await settle(app, pilot)
+        said = [(n.severity, n.message) for n in notes.all]
+        assert (
+            "warning",
+            f"label {label.id} is already retracted: nothing more to undo for it",
+        ) in said
+        assert not [message for severity, message in said if severity == "error"]
+        assert not app.screen.active_bindings["u"].enabled
+        assert label_of_line(app, built.retry).plain.startswith("! action")
+
+
 # -- keys, help, footer, palette ------------------------------------------------------------
 
 
