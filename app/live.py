@@ -12,8 +12,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual.message_pump import MessagePump
-
 from agents.approval import ApprovalRequest
 from agents.backends import Backend
 from agents.events import RuntimeEvent
@@ -23,6 +21,8 @@ from agents.workbench import RunningSessions
 from app.messages import ApprovalRequested, live_message
 
 if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
     from storage import TraceStore
 
 

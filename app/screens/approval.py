@@ -200,7 +200,13 @@ class ApprovalScreen(ModalScreen[Answer]):
     def on_mount(self) -> None:
         if not self.is_current:
             return  # dismissed before it mounted: the session ended while it was pushed
-        candidates = self.query_one("#approval-candidates", OptionList)
+        found = self.query("#approval-candidates").results(OptionList)
+        candidates = next(found, None)
+        if candidates is None:
+            # The dialog's own children can mount after the screen (seen on a loaded
+            # machine when a request follows the last at once): set up once they are.
+            self.call_after_refresh(self.on_mount)
+            return
         candidates.highlighted = 0
         candidates.focus()
         self.show_node(self.request.action)

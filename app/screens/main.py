@@ -9,7 +9,6 @@ time; the blocks that arrive together are added to the tree as one batch.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -29,6 +28,7 @@ from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
 from app.job_watch import JobWatch, ending_note
 from app.labelling import Given, Labeller
+from app.live_control import LiveControl
 from app.messages import (
     ApprovalRequested,
     LiveAgentMessage,
@@ -80,9 +80,6 @@ if TYPE_CHECKING:
 WORKING_EVERY = 0.25
 #: How often the status bar's training job is read (seconds).
 JOBS_EVERY = 1.0
-#: Seconds without a block from a running agent before the status bar says it is working
-#: (a real model on a CPU takes tens of seconds a block: the screen must not look stuck).
-QUIET_AFTER = 2.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 
 
@@ -106,22 +103,15 @@ class MainScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.live: LiveSession | None = None
+        self._control: LiveControl | None = None
         #: the live session's approval requests: asked, set aside or waiting
         self.asking = Asking(self)
         self.inspected: tuple[int, int] | None = None
-        #: step mode asked for before a session runs: the next session starts in it
-        self.armed: str | None = None
         self._working: Timer | None = None
         #: what a live session reported that the tree shows, since it was last updated
         self._arrived: list[Node] = []
         self._evaluated: list[tuple[int, int]] = []
         self._tree_update_queued = False
-        #: when the live session last said anything, and whether it now waits for a key
-        self._quiet_since = 0.0
-        self._awaiting_operator = False
-        #: what the status bar says of a decision waiting off screen
-        self._pending_note = ""
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
@@ -136,6 +126,17 @@ class MainScreen(Screen[None]):
     @property
     def store(self) -> TraceStore:
         return self.bench.store
+
+    @property
+    def control(self) -> LiveControl:
+        """The live session, as the operator drives it."""
+        if self._control is None:
+            self._control = LiveControl(self.bench)
+        return self._control
+
+    @property
+    def live(self) -> LiveSession | None:
+        return self.control.session
 
     @property
     def labeller(self) -> Labeller[None]:
@@ -313,29 +314,19 @@ class MainScreen(Screen[None]):
         self.start_session(task)
 
     def start_session(self, task: Task) -> None:
-        bench = self.bench
-        refusal = bench.session_refusal()
-        if refusal is not None:
-            self.notify(refusal, severity="warning", markup=False)
+        try:
+            options = self.control.start(task, target=self)
+        except RuntimeError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
             return
-        from agents.runtime import session_options
-        from app.live import LiveSession
-
-        backend, settings = bench.require_model(), bench.settings
-        options = session_options(settings, backend, task)  # as `--query` builds them
-        self.live = bench.live = LiveSession(
-            self.store, backend, task, options, sessions_dir=settings.sessions_dir(), target=self
-        )
+        live = self.control.session
+        assert live is not None
         self.forget_selection()  # the last session's block is not the new one's
         status = self.query_one(StatusBar)
         status.policy = options.approval
         status.session = "starting a session…"
-        if self.armed is not None:
-            self.live.runtime.set_stepping(self.armed)
-            self.armed = None
-        status.mode = self.live.mode
-        self._quiet_since, self._awaiting_operator = time.monotonic(), False
-        self.run_session(self.live)
+        status.mode = live.mode
+        self.run_session(live)
         self._working = self.set_interval(WORKING_EVERY, self.show_working)
         self.refresh_bindings()
 
@@ -400,27 +391,19 @@ class MainScreen(Screen[None]):
     def _heard(self, event: RuntimeEvent | None) -> None:
         """The agent reported `event` (None: it asks for approval)."""
         status = self.query_one(StatusBar)
-        self._quiet_since = time.monotonic()
-        self._awaiting_operator = isinstance(event, StepWaiting)
+        waiting = isinstance(event, StepWaiting)
+        self.control.heard(waiting=waiting)
         if not isinstance(event, SamplingProgress):
             status.activity = ""
-        if not self._awaiting_operator and self.live is not None:
+        if not waiting and self.live is not None:
             status.mode = self.mode_line()
 
     def show_working(self) -> None:
         """While the agent works on a block (the model sampling, an action running) and
         nothing has arrived for a while, the status bar counts the seconds."""
-        live = self.live
-        quiet = time.monotonic() - self._quiet_since
-        if (
-            live is None
-            or live.paused
-            or self._awaiting_operator
-            or self.asking.busy
-            or quiet < QUIET_AFTER
-        ):
-            return
-        self.query_one(StatusBar).mode = f"{live.mode} · working {quiet:.0f} s"
+        line = self.control.working_line(self.asking.busy)
+        if line is not None:
+            self.query_one(StatusBar).mode = line
 
     def _update_tree_later(self) -> None:
         """Once the messages already queued are handled: a burst of blocks (a block's
@@ -484,15 +467,15 @@ class MainScreen(Screen[None]):
 
     @property
     def paused(self) -> bool:
-        return self.live is not None and self.live.paused
+        return self.control.paused
 
     def decision_pending(self, note: str) -> None:
-        self._pending_note = note
+        self.control.pending_note = note
         self._show_mode()
         self.refresh_bindings()
 
     def decided(self, *, stop: bool) -> None:
-        self._quiet_since = time.monotonic()  # the agent works again from now
+        self.control.heard(waiting=False)  # the agent works again from now
         self._show_mode()
         if stop:
             self.action_stop()
@@ -507,7 +490,7 @@ class MainScreen(Screen[None]):
     def session_ended(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "session" or not event.worker.is_finished:
             return
-        self.live = self.bench.live = None
+        self.control.ended()
         if self._working is not None:
             self._working.stop()
             self._working = None
@@ -553,32 +536,29 @@ class MainScreen(Screen[None]):
         return True
 
     def action_step(self) -> None:
-        self._step("block", "step mode: s writes one block, S one tick, c runs on")
+        self._step("block")
 
     def action_step_tick(self) -> None:
-        self._step("tick", "step mode by tick: S runs one tick, c runs on")
+        self._step("tick")
 
-    def _step(self, unit: str, how: str) -> None:
-        if self.live is None:
-            # No session yet: the next one starts in step mode, waiting before its first block.
-            self.armed = unit
+    def _step(self, unit: str) -> None:
+        armed = self.live is None  # the next session starts in step mode
+        note = self.control.step(unit)
+        if note is not None:
+            self.notify(note, markup=False)
+        if armed:
             self.query_one(StatusBar).mode = f"next session steps by {unit}"
-            self.notify(f"the next session starts in step mode; {how}", markup=False)
             return
-        if not self.live.step(unit):
-            self.notify(how, markup=False)
         self._show_mode()
         self.asking.next()
 
     def action_run(self) -> None:
-        if self.live is not None:
-            self.live.run_freely()
+        self.control.run_freely()
         self._show_mode()
         self.asking.next()
 
     def action_pause(self) -> None:
-        if self.live is not None:
-            self.live.toggle_pause()
+        self.control.toggle_pause()
         self._show_mode()
         self.asking.next()  # resumed: a proposal the pause held is asked now
 
@@ -587,21 +567,16 @@ class MainScreen(Screen[None]):
             self.notify("no action waits for a decision", markup=False)
 
     def action_stop(self) -> None:
-        if self.live is not None:
-            self.live.stop()
+        if self.control.stop():
             self.notify("stopping the session…", markup=False)
 
     def _show_mode(self) -> None:
-        self._quiet_since = time.monotonic()
-        self._awaiting_operator = False
+        self.control.heard(waiting=False)
         self.query_one(StatusBar).mode = self.mode_line()
 
     def mode_line(self) -> str:
         """The live session's mode, and a decision that waits off screen, if one does."""
-        if self.live is None:
-            return ""
-        pending = self.asking.can_take_up and self._pending_note
-        return f"{self.live.mode} · {self._pending_note}" if pending else self.live.mode
+        return self.control.mode_line(self.asking.can_take_up)
 
     def action_chat(self) -> None:
         self.query_one("#chat-input", Input).focus()
@@ -659,8 +634,7 @@ class MainScreen(Screen[None]):
             return
         event.input.value = ""
         chat = self.query_one(ChatLog)
-        if self.live is not None:
-            self.live.runtime.post_message(text)
+        if self.control.chat(text):
             chat.say("you", text, style="cyan")
             return
         if self.bench.backend is None:

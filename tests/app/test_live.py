@@ -92,6 +92,7 @@ async def test_reject_then_edit_through_the_modal_are_stored(
         await type_text(pilot, "too risky")
         await pilot.press("enter")
         await until(pilot, lambda: asking(app) and app.screen is not first, "the second request")
+        await until(pilot, lambda: bool(app.screen.query("#approval-retry")), "its dialog composed")
 
         second = app.screen
         assert isinstance(second, ApprovalScreen)

@@ -1,0 +1,134 @@
+"""The operator's live session as the main screen drives it, with no Textual in it:
+starting one (with the options `--query` would build), stepping, running on, pausing,
+stopping, chatting, and the status bar's mode line and working count. The screen turns
+keys into these calls and shows what they return."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents.runtime import RunOptions
+    from agents.tasks import Task
+    from agents.workbench import Workbench
+    from app.live import LiveSession
+
+#: Seconds without a word from a running agent before the status bar counts how long it
+#: has worked (a real model on a CPU takes tens of seconds a block: the screen must not
+#: look stuck).
+QUIET_AFTER = 2.0
+STEP_HOW = {
+    "block": "step mode: s writes one block, S one tick, c runs on",
+    "tick": "step mode by tick: S runs one tick, c runs on",
+}
+
+
+class LiveControl:
+    def __init__(self, bench: Workbench) -> None:
+        self.bench = bench
+        #: the live session, while one runs
+        self.session: LiveSession | None = None
+        #: step mode asked for before a session runs: the next session starts in it
+        self.armed: str | None = None
+        #: what the status bar says of a decision waiting off screen
+        self.pending_note = ""
+        #: when the live session last said anything, and whether it now waits for a key
+        self.quiet_since = 0.0
+        self.awaiting_operator = False
+
+    def start(self, task: Task, target: Any) -> RunOptions:
+        """A new live session of `task`, its messages posted to `target` (the screen);
+        RuntimeError (why, one line) when none can start now. Run it with `session.run`."""
+        refusal = self.bench.session_refusal()
+        if refusal is not None:
+            raise RuntimeError(refusal)
+        from agents.runtime import session_options
+        from app.live import LiveSession
+
+        backend, settings = self.bench.require_model(), self.bench.settings
+        options = session_options(settings, backend, task)  # as `--query` builds them
+        self.session = self.bench.live = LiveSession(
+            self.bench.store,
+            backend,
+            task,
+            options,
+            sessions_dir=settings.sessions_dir(),
+            target=target,
+        )
+        if self.armed is not None:
+            self.session.runtime.set_stepping(self.armed)
+            self.armed = None
+        self.heard(waiting=False)
+        return options
+
+    def ended(self) -> None:
+        self.session = self.bench.live = None
+
+    # -- the operator's keys ------------------------------------------------------------
+
+    def step(self, unit: str) -> str | None:
+        """One more block or tick (`unit`); with no session, the next one starts in step
+        mode. What to tell the operator, if anything."""
+        how = STEP_HOW[unit]
+        if self.session is None:
+            self.armed = unit
+            return f"the next session starts in step mode; {how}"
+        switched = not self.session.step(unit)  # this press only switched into step mode
+        self.heard(waiting=False)
+        return how if switched else None
+
+    def run_freely(self) -> None:
+        if self.session is not None:
+            self.session.run_freely()
+        self.heard(waiting=False)
+
+    def toggle_pause(self) -> None:
+        if self.session is not None:
+            self.session.toggle_pause()
+        self.heard(waiting=False)
+
+    def stop(self) -> bool:
+        """Stop the session at its next block boundary; False when none runs."""
+        if self.session is None:
+            return False
+        self.session.stop()
+        return True
+
+    def chat(self, text: str) -> bool:
+        """The operator's message to the running agent; False when none runs."""
+        if self.session is None:
+            return False
+        self.session.runtime.post_message(text)
+        return True
+
+    # -- what the status bar says -------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.session is not None and self.session.paused
+
+    def heard(self, *, waiting: bool) -> None:
+        """The agent said something (`waiting`: it waits for a step key), or the operator
+        set it going again: the working count starts over."""
+        self.quiet_since = time.monotonic()
+        self.awaiting_operator = waiting
+
+    def mode_line(self, decision_waits: bool) -> str:
+        """The live session's mode, and the decision that waits off screen, if one does."""
+        if self.session is None:
+            return ""
+        mode = self.session.mode
+        return f"{mode} · {self.pending_note}" if decision_waits and self.pending_note else mode
+
+    def working_line(self, asking: bool) -> str | None:
+        """While the agent works on a block and nothing has come for a while: the mode
+        with the seconds it has worked; None when there is nothing to count (no session,
+        paused, waiting for a key or a decision, or it spoke a moment ago)."""
+        session = self.session
+        quiet = time.monotonic() - self.quiet_since
+        if session is None or session.paused or self.awaiting_operator or asking:
+            return None
+        if quiet < QUIET_AFTER:
+            return None
+        return f"{session.mode} · working {quiet:.0f} s"
