@@ -37,7 +37,12 @@ from agents.runtime.options import (
 )
 from agents.runtime.recall import MEMORY_SYNC_SECONDS
 from agents.runtime.results import RUNTIME_TEXT_CHARS, clip
-from agents.runtime.sampling import NO_REPEAT_TOKENS, STREAM_EVERY, STREAM_TEXT_CHARS
+from agents.runtime.sampling import (
+    HOT_TEMPERATURE,
+    NO_REPEAT_TOKENS,
+    STREAM_EVERY,
+    STREAM_TEXT_CHARS,
+)
 from agents.runtime.session_task import (
     REMINDER_CHARS,
     session_solved,
@@ -48,6 +53,7 @@ from agents.runtime.session_task import (
 __all__ = [
     "CONTEXT_MARGIN",
     "EXAMPLE_CONTEXT",
+    "HOT_TEMPERATURE",
     "MEMORY_SYNC_SECONDS",
     "NO_REPEAT_TOKENS",
     "OPERATOR_CONTEXT_CHARS",

@@ -19,6 +19,11 @@ from storage import Author, NewNode, Node, NodeStatus
 #: run of this many tokens of its context may be generated again (with 8, Gemma said the
 #: task back reflowed, a word changed every few: still a copy).
 NO_REPEAT_TOKENS = 4
+#: A block whose candidates all repeat earlier blocks, where no such round can be had (a
+#: chat model, whose reply must repeat the names it is given, or a backend without it),
+#: gets one more round at this temperature at least: at 0.3 the coder wrote its failed
+#: solution again, word for word, try after try ("no file changed").
+HOT_TEMPERATURE = 0.8
 #: Seconds between two `SamplingProgress` events of one block (the first piece goes at once).
 STREAM_EVERY = 0.5
 #: The most characters of the streaming candidate a `SamplingProgress` event carries.
@@ -52,6 +57,7 @@ class Sampling(Recording):
         scored: list[ranking.Scored] = []
         rounds = [self.options.candidates, *self.options.escalation]
         no_repeat_round = -1  # the round that banned repeats, if one did
+        temperatures = [self.options.temperature] * len(rounds)
 
         def draw(round_no: int, no_repeat: int = 0) -> None:
             stream = SampleStream(self._emit, self.session_id, kind, tick, rounds[round_no])
@@ -60,7 +66,7 @@ class Sampling(Recording):
                 n=rounds[round_no],
                 max_tokens=max_tokens,
                 stop=prompter.stop(kind),
-                temperature=self.options.temperature,
+                temperature=temperatures[round_no],
                 seed=None if self.options.seed is None else self.options.seed + len(self.path),
                 grammar=grammar,
                 on_token=stream.piece if "stream" in features else None,
@@ -90,19 +96,21 @@ class Sampling(Recording):
             if ranking.good_enough(kind, scored, self.options.rank_threshold):
                 break
         else:
-            if (
-                all(s.copy for s in scored)
-                and "no-repeat" in features
-                and prompter.style == prompting.DOCUMENT
-            ):
+            if all(s.copy for s in scored):
                 # every candidate repeated an earlier block: one more round in which the
                 # model may not repeat a run of the context's tokens (a document's model
                 # only: a chat model's reply must repeat the names the task and the files
-                # use, and banned from them the coder misspells them, "hasClose_elements")
+                # use, and banned from them the coder misspells them, "hasClose_elements"),
+                # else one drawn hotter
                 rounds.append(self.options.candidates)
-                no_repeat_round = len(rounds) - 1
+                temperatures.append(max(self.options.temperature, HOT_TEMPERATURE))
                 self._checkpoint()
-                draw(no_repeat_round, NO_REPEAT_TOKENS)
+                if "no-repeat" in features and prompter.style == prompting.DOCUMENT:
+                    no_repeat_round = len(rounds) - 1
+                    temperatures[-1] = self.options.temperature
+                    draw(no_repeat_round, NO_REPEAT_TOKENS)
+                else:
+                    draw(len(rounds) - 1)
         best = ranking.pick(scored, self.options.pick, self._rng)
         digest = blocks.prompt_hash(prefix)
         exact = prompter.style == prompting.DOCUMENT
@@ -131,7 +139,7 @@ class Sampling(Recording):
                     token_ids=candidate.token_ids if exact else None,
                     logprobs=candidate.logprobs if exact else None,
                     sampling={
-                        "temperature": self.options.temperature,
+                        "temperature": temperatures[round_no],
                         "max_tokens": max_tokens,
                         "n": rounds[round_no],
                         "round": round_no,

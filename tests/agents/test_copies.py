@@ -1,0 +1,74 @@
+"""A block whose every candidate repeats an earlier block gets one more round, drawn
+hotter where the model cannot be banned from repeating (a chat model, or a backend
+without the ban): at a low temperature a model says its last answer again word for word,
+and a retry that changes nothing wastes the tick.
+
+The model is a script (tests/support/scripted_vllm.py) through the real openai backend,
+runtime, sandbox and store: it writes the same blocks every tick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents import blocks
+from agents.backends.openai_backend import OpenAIBackend
+from agents.runtime import HOT_TEMPERATURE
+from agents.sandbox import sandbox_status
+from storage import NodeStatus, TraceStore
+from tests.support.runs import make_runtime
+from tests.support.scripted_vllm import SERVED, scripted_vllm
+
+pytestmark = pytest.mark.timeout(120)
+
+#: An action that runs and a check that never passes: every tick is tried again, and the
+#: script writes the same action again.
+BLOCKS = {
+    "orientation": "# Write the note again.",
+    "action": """def action_note(subagent):
+    subagent.write_file("note.txt", "same")
+    return "wrote note.txt"
+self.add_action("Write the note", action_note)""",
+    "expectation": "# note.txt says same.",
+    "evaluation": """def never(subagent):
+    return False
+self.add_evaluation("never passes", never)""",
+}
+
+
+def test_a_block_of_copies_gets_one_more_round_drawn_hotter(tmp_path: Path) -> None:
+    status = sandbox_status()
+    if not status.ok:
+        pytest.skip(f"no sandbox here: {status.detail}")
+    with scripted_vllm(BLOCKS) as url, TraceStore(tmp_path / "traces.db") as store:
+        backend = OpenAIBackend(url, SERVED, timeout=30)
+        try:
+            runtime, _ = make_runtime(
+                store,
+                backend,
+                tmp_path,
+                temperature=0.3,
+                candidates=2,
+                escalation=(),
+                block_tokens=400,
+                max_ticks=2,
+                example=False,
+                constrain=False,
+                memory=False,
+                approval="auto",
+            )
+            session_id = runtime.run().session_id
+        finally:
+            backend.close()
+        nodes = store.tree(session_id)
+    actions = {tick: [n for n in nodes if n.kind == blocks.ACTION and n.tick == tick]
+               for tick in (1, 2)}  # fmt: skip
+    # the first tick's action is new: one round, at the session's temperature
+    assert {(n.sampling["round"], n.sampling["temperature"]) for n in actions[1]} == {(0, 0.3)}
+    # the second's repeats it: every candidate is a copy, so a hotter round follows
+    rounds = sorted((n.sampling["round"], n.sampling["temperature"]) for n in actions[2])
+    assert rounds == [(0, 0.3), (0, 0.3), (1, HOT_TEMPERATURE), (1, HOT_TEMPERATURE)]
+    assert all(n.meta.get("copy") for n in actions[2])
+    chosen = [n for n in actions[2] if n.status is not NodeStatus.ALTERNATE]
+    assert len(chosen) == 1
