@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from agents import blocks
 from agents.task_spec import Task, TaskError, register_checks
-from agents.user_files import UserFileError, read_user_file
+from agents.user_files import UserFileError, json_object_line, read_user_file
 
 if TYPE_CHECKING:
     from agents.backends.base import Backend, Candidate
@@ -383,12 +383,7 @@ def _problems(path: Path, data: bytes) -> tuple[Problem, ...]:
         if not line.strip():
             continue
         where = f"{path}, line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(row, dict):
-            raise TaskError(f"{where}: expected an object with {', '.join(_KEYS)}")
+        row = json_object_line(line, where, f"with {', '.join(_KEYS)}", TaskError)
         for key in _KEYS:
             if not isinstance(row.get(key), str) or not row[key].strip():
                 raise TaskError(f"{where}: {key!r} must be a non-empty string")

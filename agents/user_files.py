@@ -11,9 +11,11 @@ and at most `limit + 1` bytes are read whatever its size claims.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -73,3 +75,15 @@ def read_user_file(path: str | Path, limit: int, what: str = "file") -> bytes:
     if len(data) > limit:
         raise UserFileError(f"too large for a {what} (more than {size_words(limit)})")
     return data
+
+
+def json_object_line(line: str, where: str, shape: str, error: type[Exception]) -> dict[str, Any]:
+    """One line of a JSON-lines file the user wrote, read as an object; otherwise `error`
+    with one line naming `where` (the file and line) and what was expected (`shape`)."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise error(f"{where}: expected an object {shape}")
+    return value

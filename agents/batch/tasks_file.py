@@ -4,7 +4,6 @@ specs: each line checked, with its file and line named in the error."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from agents.families import FAMILIES, parse_seeds, split
 from agents.suites import absolute_ref, is_suite_ref, select, short_name
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
-from agents.user_files import read_user_file
+from agents.user_files import json_object_line, read_user_file
 
 if TYPE_CHECKING:
     pass
@@ -68,12 +67,7 @@ def read_tasks(path: str | Path) -> tuple[list[dict[str, Any]], str]:
 
 def _specs(line: str, where: str, folder: Path) -> list[dict[str, Any]]:
     """The specs of one line: one, or one per seed of a family line."""
-    try:
-        spec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise TasksFileError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
-    if not isinstance(spec, dict):
-        raise TasksFileError(f'{where}: expected an object such as {{"task": "vigenere"}}')
+    spec = json_object_line(line, where, 'such as {"task": "vigenere"}', TasksFileError)
     if "family" not in spec and "seeds" not in spec:
         return [_spec(spec, where, folder)]
     family, seeds = spec.pop("family", None), spec.pop("seeds", None)

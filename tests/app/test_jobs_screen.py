@@ -473,5 +473,8 @@ async def test_an_unknown_adapter_at_start_up_leaves_the_base_model_with_a_warni
         await until(pilot, lambda: app.workbench.backend is not None, "the model")
         await pilot.pause()
         assert app.workbench.backend is not None and app.workbench.backend.active_adapter is None
-        assert "--adapter nope: no adapter named 'nope'" in notes.text()
+        # the same line as the commands give for the flag (agents.adapters.find_adapter)
+        assert "--adapter 'nope': no such adapter (known: none yet); the base model is in use" in (
+            notes.text()
+        )
         assert status_bar(app).backend == "transformers"
