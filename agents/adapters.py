@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.settings import Settings
-    from storage import Adapter, TraceStore
+    from storage import Adapter
+    from storage.views import Adapters
 
 
 class AdapterLookupError(Exception):
@@ -32,7 +33,7 @@ def adapter_problem(adapter: Adapter) -> str | None:
     return None
 
 
-def find_adapter(store: TraceStore, name: str) -> Adapter:
+def find_adapter(store: Adapters, name: str) -> Adapter:
     """The registered adapter `name`, whole; AdapterLookupError (one line, listing the
     known names) when there is none, or its files are gone or broken."""
     from storage import NotFoundError
@@ -50,7 +51,7 @@ def find_adapter(store: TraceStore, name: str) -> Adapter:
     return adapter
 
 
-def load_registered_adapter(store: TraceStore, backend: Backend, name: str) -> None:
+def load_registered_adapter(store: Adapters, backend: Backend, name: str) -> None:
     """The registered adapter `name` loaded into `backend` once (not put in use), after
     `find_adapter` found it whole; a model server that already holds it is not asked
     again."""
@@ -59,7 +60,7 @@ def load_registered_adapter(store: TraceStore, backend: Backend, name: str) -> N
         backend.load_adapter(adapter.name, adapter.path)
 
 
-def use_registered_adapter(store: TraceStore, backend: Backend, name: str | None) -> None:
+def use_registered_adapter(store: Adapters, backend: Backend, name: str | None) -> None:
     """`backend` samples with the registered adapter `name` (loaded first if new), or with
     the base model (None)."""
     if name is not None:
@@ -69,7 +70,7 @@ def use_registered_adapter(store: TraceStore, backend: Backend, name: str | None
 
 def open_model(
     settings: Settings,
-    store: TraceStore,
+    store: Adapters,
     adapter: str | None,
     progress: Callable[[str], None] | None = None,
 ) -> Backend:

@@ -22,7 +22,7 @@ from app.shared import workbench
 from storage import Adapter
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import Adapters
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -53,7 +53,7 @@ class AdapterPicker(ModalScreen[str | None]):
     CSS_PATH = "dialogs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings(ADAPTER_PICKER_ACTIONS)
 
-    def __init__(self, store: TraceStore, title: str, active: str | None = None) -> None:
+    def __init__(self, store: Adapters, title: str, active: str | None = None) -> None:
         super().__init__()
         self.store = store
         self.title_text = title

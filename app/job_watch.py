@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from storage import Job, TraceStore
+    from storage import Job
+    from storage.views import Jobs
 
 #: The newest jobs read on each look.
 WINDOW = 50
@@ -22,7 +23,7 @@ class JobWatch:
         #: the newest job id seen; None until the first look
         self.newest: int | None = None
 
-    def ended(self, store: TraceStore) -> list[Job]:
+    def ended(self, store: Jobs) -> list[Job]:
         """The jobs that finished since the last look, oldest first. Call from a worker
         thread: it reads the store."""
         from storage import NotFoundError

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from storage import Label, LabelScope, LabelValue, StoreError
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import Labels
 
 #: what a screen keeps with a label to undo it (the labelling screen: its queue item)
 Context = TypeVar("Context")
@@ -29,7 +29,7 @@ class Given(Generic[Context]):
 
 
 class Labeller(Generic[Context]):
-    def __init__(self, store: TraceStore) -> None:
+    def __init__(self, store: Labels) -> None:
         self.store = store
         #: the labels given here, oldest first (`u` takes back the last)
         self.given: list[Given[Context]] = []

@@ -20,7 +20,8 @@ from agents.runtime.session_task import session_solved
 from storage import CHECKS_SOURCE, LabelScope, LabelValue, NodeStatus
 
 if TYPE_CHECKING:
-    from storage import Label, Node, TraceStore
+    from storage import Label, Node
+    from storage.views import Review
 
 #: the actions a failing session ran: the ones its checks judge
 RAN = frozenset({NodeStatus.EXECUTED, NodeStatus.FAILED})
@@ -39,7 +40,7 @@ class AutoLabels:
     kept: int = 0
 
 
-def label_from_checks(store: TraceStore, session_id: int) -> AutoLabels:
+def label_from_checks(store: Review, session_id: int) -> AutoLabels:
     """Label one finished session from its task checks; see the module's docstring."""
     tree = store.tree(session_id)
     solved = session_solved(store, session_id)
@@ -70,6 +71,6 @@ def label_from_checks(store: TraceStore, session_id: int) -> AutoLabels:
     return AutoLabels(session_id, solved, good, bad, kept)
 
 
-def _all_labels(store: TraceStore, tree: list[Node]) -> list[Label]:
+def _all_labels(store: Review, tree: list[Node]) -> list[Label]:
     """Each node's effective label (the operator's where there is one)."""
     return list(store.session_labels(tree[0].session_id).values()) if tree else []

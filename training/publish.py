@@ -14,10 +14,11 @@ from training.errors import TrainingError
 from training.jobs import ADAPTER_MARKER, adapter_path
 
 if TYPE_CHECKING:
-    from storage import Job, TraceStore
+    from storage import Job
+    from storage.views import Adapters
 
 
-def publish_adapter(store: TraceStore, job: Job, staging: Path, metrics: dict[str, Any]) -> Path:
+def publish_adapter(store: Adapters, job: Job, staging: Path, metrics: dict[str, Any]) -> Path:
     """Move the saved adapter from `staging` to adapters/<name>/ with one rename, then
     register it: the registry never names a folder that is not whole, and a failure to
     register leaves no folder behind."""

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 from storage import JobStatus
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import JobWrites
 
 
 class Reporter:
     """What the job says to the store, and to its log (stdout: worker.log). Only the main
     process of a multi-GPU run writes to the store; every process logs."""
 
-    def __init__(self, store: TraceStore, job_id: int, *, main: bool = True) -> None:
+    def __init__(self, store: JobWrites, job_id: int, *, main: bool = True) -> None:
         self.store = store
         self.job_id = job_id
         self.main = main
@@ -39,7 +39,7 @@ class Reporter:
             self.store.update_job(self.job_id, **changes)
 
 
-def cancel_requested(store: TraceStore, job_id: int, baseline_event: int) -> bool:
+def cancel_requested(store: JobWrites, job_id: int, baseline_event: int) -> bool:
     """Status `cancelling`, or a `cancel` event written since this worker started (a
     cancel that raced the worker's own `running`)."""
     job = store.get_job(job_id)

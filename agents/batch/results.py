@@ -12,8 +12,8 @@ from storage import (
     Batch,
     BatchStatus,
     BatchTaskStatus,
-    TraceStore,
 )
+from storage.views import Batches
 
 if TYPE_CHECKING:
     pass
@@ -43,9 +43,7 @@ class BatchProgress:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def progress_of(
-    store: TraceStore, batch_id: int, since: float, tokens_before: int
-) -> BatchProgress:
+def progress_of(store: Batches, batch_id: int, since: float, tokens_before: int) -> BatchProgress:
     tasks = store.batch_tasks(batch_id)
     counts = dict.fromkeys(BatchTaskStatus, 0)
     for task in tasks:
@@ -95,7 +93,7 @@ def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def summarize(store: TraceStore, batch: Batch) -> Summary:
+def summarize(store: Batches, batch: Batch) -> Summary:
     tasks = store.batch_tasks(batch.id)
     counts = dict.fromkeys(BatchTaskStatus, 0)
     for task in tasks:
@@ -116,7 +114,7 @@ def summarize(store: TraceStore, batch: Batch) -> Summary:
     )
 
 
-def by_adapter(store: TraceStore, batch: Batch) -> list[Summary]:
+def by_adapter(store: Batches, batch: Batch) -> list[Summary]:
     """The latest finished batch of the same tasks file for each adapter (the base model
     first): a batch run with `--adapter` is an A/B evaluation against the base."""
     latest: dict[str | None, Batch] = {}

@@ -3,11 +3,13 @@ to resume it), the reminder each tick opens with, and whether a stored session s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import blocks
 from agents.tasks import Task
-from storage import TraceStore
+
+if TYPE_CHECKING:
+    from storage.views import Trees
 
 REMINDER_CHARS = 600
 
@@ -50,7 +52,7 @@ def task_reminder(task: Task) -> str:
     return f"Task: {task.title}\n{prompt}"
 
 
-def session_solved(store: TraceStore, session_id: int) -> bool:
+def session_solved(store: Trees, session_id: int) -> bool:
     """Whether the session's last outcome had every one of the task's checks pass."""
     outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
     if not outcomes:

@@ -16,7 +16,8 @@ from app.text import first_line, fit
 
 if TYPE_CHECKING:
     from agents.settings import Settings
-    from storage import Session, TraceStore
+    from storage import Session
+    from storage.views import Sessions
 
 #: Sessions read from the store a page at a time while a filter drops some.
 PAGE = 500
@@ -87,7 +88,7 @@ def run_sessions(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def matching(
-    store: TraceStore, status: str | None, text: str | None, limit: int
+    store: Sessions, status: str | None, text: str | None, limit: int
 ) -> Iterator[Session]:
     """The sessions with `status` whose task or title contains `text`, newest first, up
     to `limit` (0: no limit)."""

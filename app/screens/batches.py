@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from rich.text import Text
 from textual import on, work
@@ -30,7 +30,11 @@ from app.shared import report_failure
 from storage import Batch, BatchStatus, BatchTask, BatchTaskStatus, NodeStatus
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import Batches, Trees
+
+    class BatchesAndTrees(Batches, Trees, Protocol):
+        """The batches, and the trees of their sessions."""
+
 
 #: How often the batches and the highlighted batch's tasks are read (seconds).
 POLL_EVERY = 1.0
@@ -215,7 +219,7 @@ class BatchesScreen(Screen[tuple[int, int] | None]):
     COMMANDS: ClassVar = {BatchesCommands}
     BINDINGS: ClassVar[list[BindingType]] = bindings(BATCHES_ACTIONS)
 
-    def __init__(self, store: TraceStore) -> None:
+    def __init__(self, store: BatchesAndTrees) -> None:
         super().__init__()
         self.store = store
         #: the highlighted batch's id (None while the list is empty)

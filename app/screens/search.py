@@ -30,7 +30,7 @@ from storage import Session
 if TYPE_CHECKING:
     from agents.memory import Hit
     from agents.workbench import SharedMemory
-    from storage import TraceStore
+    from storage.views import Sessions
 
 #: The most results a search shows.
 SEARCH_LIMIT = 30
@@ -51,7 +51,7 @@ class SearchScreen(ModalScreen["Hit | None"]):
     COMMANDS = {SearchCommands}
     BINDINGS: ClassVar[list[BindingType]] = bindings(SEARCH_ACTIONS)
 
-    def __init__(self, store: TraceStore, memory: SharedMemory) -> None:
+    def __init__(self, store: Sessions, memory: SharedMemory) -> None:
         super().__init__()
         self.store = store
         self.memory = memory

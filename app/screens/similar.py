@@ -30,7 +30,7 @@ from storage import Label, LabelScope, LabelValue, Node, Session, StoreError
 if TYPE_CHECKING:
     from agents.memory import Hit
     from agents.workbench import SharedMemory
-    from storage import TraceStore
+    from storage.views import Review
 
 #: The most similar blocks offered.
 SIMILAR_LIMIT = 20
@@ -50,7 +50,7 @@ class SimilarScreen(ModalScreen[int | None]):
 
     busy: reactive[bool] = reactive(True, init=False, bindings=True)
 
-    def __init__(self, store: TraceStore, memory: SharedMemory, label: Label) -> None:
+    def __init__(self, store: Review, memory: SharedMemory, label: Label) -> None:
         super().__init__()
         self.store = store
         self.memory = memory
