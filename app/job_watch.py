@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from storage import Job
-    from storage.views import Jobs
+    from storage.views import Jobs, JobWrites
 
 #: The newest jobs read on each look.
 WINDOW = 50
@@ -45,6 +45,30 @@ class JobWatch:
         self.active = {job.id for job in recent.values() if job.status in ACTIVE}
         self.newest = max([newest or 0, *recent])
         return sorted(ended, key=lambda job: job.id)
+
+
+def status_line(store: JobWrites) -> str:
+    """The status bar's word on training: the running job and how far it is, else a
+    queued one (its worker still loading the model: the operator who just queued it must
+    see it), else nothing. A worker killed outright is reaped first, or it would show as
+    training forever. Call from a worker thread: it reads the store."""
+    from storage import JobStatus
+    from training.jobs import reap_dead_jobs
+
+    def active() -> list[Job]:
+        return store.list_jobs(status="running", limit=1) or store.list_jobs(
+            status="queued", limit=1
+        )
+
+    jobs = active()
+    if jobs and reap_dead_jobs(store, jobs):
+        jobs = active()
+    if not jobs:
+        return ""
+    job = jobs[0]
+    if job.status is JobStatus.QUEUED:
+        return f"training {job.name} queued"
+    return f"training {job.name} {job.progress:.0%}"
 
 
 def ending_note(job: Job) -> tuple[str, str]:

@@ -53,6 +53,7 @@ from storage import Job, JobEvent, JobKind, JobStatus, NotFoundError
 
 if TYPE_CHECKING:
     from storage import TraceStore
+    from storage.views import JobWrites
 
 WORKER_MODULE = "training.worker"
 LOG_NAME = "worker.log"
@@ -550,7 +551,7 @@ def worker_alive(pid: int, job_id: int | None = None) -> bool:
     return job_id is None or str(job_id) in args
 
 
-def reap_dead_jobs(store: TraceStore, jobs: list[Job] | None = None) -> list[Job]:
+def reap_dead_jobs(store: JobWrites, jobs: list[Job] | None = None) -> list[Job]:
     """Mark failed every active job on this host whose worker is gone (killed, crashed
     before it could say so). Returns the jobs it marked; they are resumable."""
     candidates = jobs if jobs is not None else store.list_jobs(limit=1_000)

@@ -26,7 +26,7 @@ from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
 from agents.safe_text import escape_controls
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
-from app.job_watch import JobWatch, ending_note
+from app.job_watch import JobWatch, ending_note, status_line
 from app.labelling import Given, Labeller
 from app.live_control import LiveControl
 from app.messages import (
@@ -47,7 +47,6 @@ from app.widgets.chat import ChatInput, ChatLog
 from app.widgets.inspector import Inspector
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import (
-    TICK_GROUP,
     BlockEntry,
     Entry,
     SessionEntry,
@@ -58,8 +57,6 @@ from app.widgets.trace_tree import (
 from storage import (
     EvaluationKind,
     EvaluationResult,
-    Job,
-    JobStatus,
     Label,
     LabelValue,
     Node,
@@ -215,14 +212,7 @@ class MainScreen(Screen[None]):
 
     @work(thread=True, exit_on_error=False, group="trace")
     def load_trace(self, session: Session) -> None:
-        nodes = self.store.tree(session.id)
-        trace = SessionTrace(
-            session,
-            labels=self.store.session_labels(session.id),
-            evaluations=self.store.session_evaluation_marks(session.id),
-        )
-        for node in nodes:
-            trace.add(node)
+        trace = SessionTrace.read(self.store, session)
         self.app.call_from_thread(self.query_one(TraceTree).show_trace, trace)
 
     @on(Tree.NodeHighlighted)
@@ -278,24 +268,7 @@ class MainScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="jobs")
     def load_jobs(self) -> None:
-        from training.jobs import reap_dead_jobs
-
-        def active() -> list[Job]:
-            # A queued job is one whose worker is still starting (loading the model):
-            # the operator who just queued it must see it, not "no training job".
-            return self.store.list_jobs(status="running", limit=1) or self.store.list_jobs(
-                status="queued", limit=1
-            )
-
-        jobs = active()
-        # A worker killed outright would otherwise show as training forever.
-        if jobs and reap_dead_jobs(self.store, jobs):
-            jobs = active()
-        text = ""
-        if jobs and jobs[0].status is JobStatus.QUEUED:
-            text = f"training {jobs[0].name} queued"
-        elif jobs:
-            text = f"training {jobs[0].name} {jobs[0].progress:.0%}"
+        text = status_line(self.store)
         self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
         for job in self.job_watch.ended(self.store):
             note, severity = ending_note(job)
@@ -419,18 +392,7 @@ class MainScreen(Screen[None]):
         arrived, self._arrived = self._arrived, []
         evaluated, self._evaluated = self._evaluated, []
         tree = self.query_one(TraceTree)
-        nodes: dict[int, list[Node]] = {}
-        touched: set[tuple[int, int]] = set()
-        for node in arrived:
-            nodes.setdefault(node.session_id, []).append(node)
-            touched.add((node.session_id, node.tick))
-        for session_id, batch in nodes.items():
-            tree.add_live_nodes(session_id, batch)
-        for session_id, node_id in evaluated:
-            trace = tree.traces.get(session_id)
-            marked = trace.nodes.get(node_id) if trace else None
-            if marked is not None:
-                touched.add((session_id, marked.tick))
+        nodes, touched = tree.add_arrivals(arrived, evaluated)
         if self.inspected in touched:
             session_id, tick = self.inspected
             self.inspect(tree.traces[session_id], tick, force=True)
@@ -741,49 +703,13 @@ class MainScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="reveal",
           name="opening the session")  # fmt: skip
     def load_for_reveal(self, session_id: int, node_id: int, listed: bool) -> None:
-        session = self.store.get_session(session_id)
-        trace = SessionTrace(
-            session,
-            labels=self.store.session_labels(session_id),
-            evaluations=self.store.session_evaluation_marks(session_id),
-        )
-        for node in self.store.tree(session_id):
-            trace.add(node)
+        trace = SessionTrace.read(self.store, self.store.get_session(session_id))
         self.app.call_from_thread(self.show_for_reveal, trace, node_id, listed)
 
     def show_for_reveal(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
-        tree = self.query_one(TraceTree)
-        session_id = trace.session.id
-        if listed:
-            tree.add_session(trace.session)  # older than the sessions listed
-        else:
-            tree.update_session(trace.session)  # its status may have changed since
-        known = tree.traces.get(session_id)
-        if known is None or node_id not in known.nodes:
-            tree.show_trace(trace)
-        self.select_block(session_id, node_id)
+        self.query_one(TraceTree).show_revealed(trace, node_id, listed)
+        self.select_block(trace.session.id, node_id)
 
     def select_block(self, session_id: int, node_id: int) -> None:
-        tree = self.query_one(TraceTree)
-        trace = tree.traces.get(session_id)
-        node = trace.nodes.get(node_id) if trace is not None else None
-        if trace is None or node is None:
+        if not self.query_one(TraceTree).select_block(session_id, node_id):
             self.notify(f"block #{node_id} is not in the store", severity="warning")
-            return
-        tree.session_nodes[session_id].expand()
-        if trace.grouped:
-            group = node.tick // TICK_GROUP
-            if group not in trace.filled_groups:
-                tree.fill_group(trace, group)
-            trace.tree_groups[group].expand()
-        if node.tick not in trace.filled:
-            tree.fill_tick(trace, node.tick)
-        trace.tree_ticks[node.tick].expand()
-        target = trace.tree_blocks[node_id]
-        if target.parent is not None:
-            target.parent.expand()  # a candidate that lost sits under the one that won
-        # New lines have no line number until the tree's lines are rebuilt (reading
-        # last_line rebuilds them): moving before that would land on line 0.
-        if tree.last_line >= 0:
-            tree.move_cursor(target, animate=False)
-        tree.focus()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widgets import Tree
@@ -30,6 +31,9 @@ from storage import (
     SessionStatus,
     count_checks,
 )
+
+if TYPE_CHECKING:
+    from storage.views import Review
 
 STATUS_MARKS = {
     NodeStatus.APPROVED: "✔",
@@ -102,6 +106,19 @@ class SessionTrace:
     tree_blocks: dict[int, TraceNode] = field(default_factory=dict)
     #: ticks whose block nodes have been made (the others are filled on expand)
     filled: set[int] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, store: Review, session: Session) -> SessionTrace:
+        """The session's blocks, labels and evaluation marks, read from the store (from a
+        thread worker)."""
+        trace = cls(
+            session,
+            labels=store.session_labels(session.id),
+            evaluations=store.session_evaluation_marks(session.id),
+        )
+        for node in store.tree(session.id):
+            trace.add(node)
+        return trace
 
     def add(self, node: Node) -> bool:
         """Store a block; True when it is new (not a status change of a known one)."""
@@ -409,6 +426,66 @@ class TraceTree(Tree[Entry]):
                 # last_line rebuilds them); moving there first would land on line 0.
                 if self.last_line >= 0:
                     self.move_cursor(moved, animate=False)
+
+    def add_arrivals(
+        self, arrived: Sequence[Node], evaluated: Sequence[tuple[int, int]]
+    ) -> tuple[set[int], set[tuple[int, int]]]:
+        """What a live session reported since the last update, into the tree: its blocks
+        (a batch per session) and the blocks newly evaluated. Returns the sessions that
+        got blocks and the (session, tick) pairs touched."""
+        nodes: dict[int, list[Node]] = {}
+        touched: set[tuple[int, int]] = set()
+        for node in arrived:
+            nodes.setdefault(node.session_id, []).append(node)
+            touched.add((node.session_id, node.tick))
+        for session_id, batch in nodes.items():
+            self.add_live_nodes(session_id, batch)
+        for session_id, node_id in evaluated:
+            trace = self.traces.get(session_id)
+            marked = trace.nodes.get(node_id) if trace else None
+            if marked is not None:
+                touched.add((session_id, marked.tick))
+        return set(nodes), touched
+
+    # -- jumping to a block ----------------------------------------------------------------
+
+    def show_revealed(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
+        """A session read to reveal block `node_id`, into the tree: its line added
+        (`listed`: it was older than the sessions listed) or brought up to date, and its
+        blocks shown unless the tree holds that block already."""
+        if listed:
+            self.add_session(trace.session)
+        else:
+            self.update_session(trace.session)  # its status may have changed since
+        known = self.traces.get(trace.session.id)
+        if known is None or node_id not in known.nodes:
+            self.show_trace(trace)
+
+    def select_block(self, session_id: int, node_id: int) -> bool:
+        """The cursor on block `node_id`, its session, tick group and tick opened; False
+        when the tree does not hold it."""
+        trace = self.traces.get(session_id)
+        node = trace.nodes.get(node_id) if trace is not None else None
+        if trace is None or node is None:
+            return False
+        self.session_nodes[session_id].expand()
+        if trace.grouped:
+            group = node.tick // TICK_GROUP
+            if group not in trace.filled_groups:
+                self.fill_group(trace, group)
+            trace.tree_groups[group].expand()
+        if node.tick not in trace.filled:
+            self.fill_tick(trace, node.tick)
+        trace.tree_ticks[node.tick].expand()
+        target = trace.tree_blocks[node_id]
+        if target.parent is not None:
+            target.parent.expand()  # a candidate that lost sits under the one that won
+        # New lines have no line number until the tree's lines are rebuilt (reading
+        # last_line rebuilds them): moving before that would land on line 0.
+        if self.last_line >= 0:
+            self.move_cursor(target, animate=False)
+        self.focus()
+        return True
 
     def set_labels(self, session_id: int, labels: dict[int, Label]) -> None:
         """The session's labels changed (labelled here or on the labelling screen)."""
