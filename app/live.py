@@ -18,7 +18,7 @@ from agents.events import RuntimeEvent
 from agents.runtime import Outcome, RunOptions, Runtime
 from agents.tasks import Task
 from agents.workbench import RunningSessions
-from app.messages import ApprovalRequested, live_message
+from app.messages import ApprovalRequested, LiveEvent
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
@@ -73,7 +73,7 @@ class LiveSession:
 
     def _report(self, event: RuntimeEvent) -> None:
         """The runtime's listener (its thread): the event, as a message to the screen."""
-        self.target.post_message(live_message(self, event))
+        self.target.post_message(LiveEvent(self, event))
 
     def _ask(self, request: ApprovalRequest) -> None:
         """The runtime's asker (its thread): the screen resolves the request's Future."""

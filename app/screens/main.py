@@ -22,7 +22,16 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Tree
 from textual.worker import Worker, WorkerState
 
-from agents.events import RuntimeEvent, SamplingProgress, StepWaiting
+from agents.events import (
+    AgentMessage,
+    EvaluationRecorded,
+    NodeChanged,
+    RuntimeEvent,
+    SamplingProgress,
+    SessionStarted,
+    StatusChanged,
+    StepWaiting,
+)
 from agents.safe_text import escape_controls
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
@@ -31,14 +40,7 @@ from app.labelling import Given, Labeller
 from app.live_control import LiveControl
 from app.messages import (
     ApprovalRequested,
-    LiveAgentMessage,
-    LiveEvaluationRecorded,
     LiveEvent,
-    LiveNodeChanged,
-    LiveSamplingProgress,
-    LiveSessionStarted,
-    LiveStatusChanged,
-    LiveStepWaiting,
 )
 from app.screens.asking import Asking
 from app.shared import report_failure, workbench
@@ -318,44 +320,35 @@ class MainScreen(Screen[None]):
 
     @on(LiveEvent)
     def heard_from_agent(self, message: LiveEvent) -> None:
-        """Any event: the session's line in the tree (from its first event), and the status
-        bar's working count starts again."""
-        session_id = message.event.session_id
-        if session_id and session_id not in self.query_one(TraceTree).traces:
-            self.open_live_session(session_id)
-        self._heard(message.event)
-
-    def on_live_session_started(self, message: LiveSessionStarted) -> None:
-        self.query_one(ChatLog).say("console", message.event.text, style="dim")
-
-    def on_live_node_changed(self, message: LiveNodeChanged) -> None:
-        self._arrived.append(message.event.node)
-        self._update_tree_later()
-
-    def on_live_status_changed(self, message: LiveStatusChanged) -> None:
-        event = message.event
-        self.session_status(event.session_id, event.status.value, event.reason)
-
-    def on_live_agent_message(self, message: LiveAgentMessage) -> None:
-        self.query_one(ChatLog).say("agent", message.event.text, style="green")
-
-    def on_live_evaluation_recorded(self, message: LiveEvaluationRecorded) -> None:
-        event = message.event
-        if event.kind is EvaluationKind.CALLBACK:
-            self.query_one(TraceTree).set_evaluation(event.session_id, event.node_id, event)
-        self._evaluated.append((event.session_id, event.node_id))
-        self._update_tree_later()
-
-    def on_live_step_waiting(self, message: LiveStepWaiting) -> None:
-        self.query_one(StatusBar).mode = f"step: next {message.event.upcoming} (s)"
-
-    def on_live_sampling_progress(self, message: LiveSamplingProgress) -> None:
-        event = message.event
-        tail = escape_controls(" ".join(event.text.split()))[-60:]
-        self.query_one(StatusBar).activity = (
-            f"writing {event.block} ({event.candidates} candidates, "
-            f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"
-        )
+        """What the agent reported, shown; then the session's line in the tree (from its
+        first event), and the status bar's working count starts again."""
+        match event := message.event:
+            case SessionStarted():
+                self.query_one(ChatLog).say("console", event.text, style="dim")
+            case NodeChanged():
+                self._arrived.append(event.node)
+                self._update_tree_later()
+            case StatusChanged():
+                self.session_status(event.session_id, event.status.value, event.reason)
+            case AgentMessage():
+                self.query_one(ChatLog).say("agent", event.text, style="green")
+            case EvaluationRecorded():
+                if event.kind is EvaluationKind.CALLBACK:
+                    tree = self.query_one(TraceTree)
+                    tree.set_evaluation(event.session_id, event.node_id, event)
+                self._evaluated.append((event.session_id, event.node_id))
+                self._update_tree_later()
+            case StepWaiting():
+                self.query_one(StatusBar).mode = f"step: next {event.upcoming} (s)"
+            case SamplingProgress():
+                tail = escape_controls(" ".join(event.text.split()))[-60:]
+                self.query_one(StatusBar).activity = (
+                    f"writing {event.block} ({event.candidates} candidates, "
+                    f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"
+                )
+        if event.session_id and event.session_id not in self.query_one(TraceTree).traces:
+            self.open_live_session(event.session_id)
+        self._heard(event)
 
     def on_approval_requested(self, message: ApprovalRequested) -> None:
         self._heard(None)
