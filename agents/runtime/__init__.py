@@ -13,12 +13,14 @@ The runtime is synchronous and thread-safe where it has to be: the console runs 
 worker thread and calls `stop`, `pause`, `unpause` and `post_message` from the UI thread.
 It never imports Textual.
 
-The modules, one idea each: `options` (what a run uses), `control` (the session's state;
-stop, pause and step from any thread), `context` (fitting the path into the model),
-`recording` (the store and the listener), `sampling` (a model-written block),
-`kernel_host` (the sandboxed kernel), `gate` (the action and the approval gate),
-`recall` (retrieval memory), `tick` (one tick), `loop` (the run), `results` and
-`session_task` (helpers).
+`Runtime` (`loop`) is composed of parts it owns, each given the others it uses, one
+module each: `control` (`SessionState`, what every part reads and writes, and
+`Control`: stop, pause and step from any thread), `recording` (`Recorder`: the store and
+the listener), `sampling` (`Sampler`: a model-written block), `kernel_host`
+(`KernelHost`: the sandboxed kernels), `gate` (`GateSteps`: the action and the approval
+gate), `recall` (`MemoryRecall`: retrieval memory) and `tick` (`TickSteps`: one tick).
+Beside them: `options` (what a run uses), `context` (fitting the path into the model),
+`results` and `session_task` (helpers).
 """
 
 from __future__ import annotations

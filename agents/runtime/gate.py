@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import blocks, forms, ranking
-from agents.approval import Answer, ApprovalRequest, Policy
+from agents.approval import Answer, ApprovalRequest, Gate, Policy
 from agents.backends.base import ContextOverflowError
 from agents.events import ApprovalNeeded
 from agents.runtime.context import earlier_texts, prefix_before
+from agents.runtime.control import Control, SessionState
 from agents.runtime.kernel_host import KernelHost
-from agents.runtime.sampling import Sampling
+from agents.runtime.recording import Recorder
+from agents.runtime.sampling import Sampler
 from agents.sandbox import CallResult
 from storage import Actor, NewNode, Node, NodeStatus, SessionStatus, Verdict
 
@@ -58,35 +60,57 @@ class TickState:
     evaluations: list[str] = field(default_factory=list)
 
 
-class GateSteps(Sampling, KernelHost):
-    def _act(self, state: TickState) -> None:
+class GateSteps:
+    """A tick's action: sampled, put to the approval gate, run."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        control: Control,
+        recorder: Recorder,
+        sampler: Sampler,
+        kernels: KernelHost,
+        gate: Gate,
+    ) -> None:
+        self.state = state
+        self.control = control
+        self.recorder = recorder
+        self.sampler = sampler
+        self.kernels = kernels
+        self.gate = gate
+
+    def act(self, tick_state: TickState) -> None:
         attempts = 0
         #: why the last try did not do, for the next request to say
         missed: str | None = None
-        while attempts < self.options.attempts:
-            action, alternates = self._generate(blocks.ACTION, state.tick)
-            expectation, _ = self._generate(blocks.EXPECTATION, state.tick)
-            retry = f"try {attempts + 1} of {self.options.attempts}: {missed}" if missed else None
-            chosen = self._ask(action, expectation, alternates, state.tick, retry)
+        while attempts < self.state.options.attempts:
+            action, alternates = self.sampler.generate(blocks.ACTION, tick_state.tick)
+            expectation, _ = self.sampler.generate(blocks.EXPECTATION, tick_state.tick)
+            retry = (
+                f"try {attempts + 1} of {self.state.options.attempts}: {missed}" if missed else None
+            )
+            chosen = self._ask(action, expectation, alternates, tick_state.tick, retry)
             if isinstance(chosen, Regenerate):
                 continue  # the operator's call: it costs no attempt
             if isinstance(chosen, Rejected):
                 attempts += 1
                 missed = f"action #{action.id} was rejected ({chosen.reason})"
                 continue
-            result = self._run_action(chosen)
+            result = self.kernels.run_action(chosen)
             if result.ok:
-                state.action = Attempt(self._update(chosen, NodeStatus.EXECUTED, result), result)
+                tick_state.action = Attempt(
+                    self.recorder.update(chosen, NodeStatus.EXECUTED, result), result
+                )
                 return
-            self._update(chosen, NodeStatus.FAILED, result)
-            state.failed_attempts += 1
+            self.recorder.update(chosen, NodeStatus.FAILED, result)
+            tick_state.failed_attempts += 1
             attempts += 1
             error = forms.error_report(result.error or "the action failed")
             missed = f"action #{chosen.id} failed: {last_line(error)}"
-            self._runtime_block(blocks.ERROR, error, state.tick)
+            self.recorder.runtime_block(blocks.ERROR, error, tick_state.tick)
             # A script's error is its own report: the model writes the next try after it.
-            if attempts < self.options.attempts and self.options.form == forms.CALLBACK:
-                self._generate(blocks.DEBUG, state.tick)
+            if attempts < self.state.options.attempts and self.state.options.form == forms.CALLBACK:
+                self.sampler.generate(blocks.DEBUG, tick_state.tick)
 
     def _ask(
         self,
@@ -104,9 +128,9 @@ class GateSteps(Sampling, KernelHost):
             if policy is not Policy.EVALUATED
             else f"score {action.score or 0.0:.2f} is under {self.gate.threshold:g}"
         )
-        outcomes = (n for n in reversed(self.path) if n.kind == blocks.OUTCOME)
+        outcomes = (n for n in reversed(self.state.path) if n.kind == blocks.OUTCOME)
         request = ApprovalRequest(
-            self.session_id,
+            self.state.session_id,
             action,
             expectation,
             alternates,
@@ -116,11 +140,13 @@ class GateSteps(Sampling, KernelHost):
         )
         asking = self.gate.needs_operator(request) and self.gate.asker is not None
         if asking:
-            self._set_status(SessionStatus.WAITING, "waiting for the operator")
-            self._emit(ApprovalNeeded(session_id=self.session_id, node_id=action.id, why=why))
-        decision, actor = self.gate.decide(request, self._stop)
+            self.recorder.set_status(SessionStatus.WAITING, "waiting for the operator")
+            self.state.emit(
+                ApprovalNeeded(session_id=self.state.session_id, node_id=action.id, why=why)
+            )
+        decision, actor = self.gate.decide(request, self.control.stopped)
         if asking:
-            self._set_status(SessionStatus.RUNNING, None)
+            self.recorder.set_status(SessionStatus.RUNNING, None)
         return self._apply(decision, actor, action, alternates, tick)
 
     def _apply(
@@ -133,19 +159,19 @@ class GateSteps(Sampling, KernelHost):
     ) -> Node | Regenerate | Rejected:
         verdict = decision.verdict
         if verdict is Verdict.REGENERATE:
-            self._decision(action, verdict, actor, reason=decision.reason)
-            self._update(action, NodeStatus.ALTERNATE)
-            del self.path[-2:]  # the action and its expectation: both are sampled again
+            self.recorder.decision(action, verdict, actor, reason=decision.reason)
+            self.recorder.update(action, NodeStatus.ALTERNATE)
+            del self.state.path[-2:]  # the action and its expectation: both are sampled again
             return Regenerate()
         if verdict is Verdict.APPROVE:
-            self._decision(action, verdict, actor)
-            return self._update(action, NodeStatus.APPROVED)
+            self.recorder.decision(action, verdict, actor)
+            return self.recorder.update(action, NodeStatus.APPROVED)
         if verdict is Verdict.REJECT:
             reason = (decision.reason or "").strip() or "no reason given"
-            self._decision(action, verdict, actor, reason=reason)
-            self._update(action, NodeStatus.REJECTED)
+            self.recorder.decision(action, verdict, actor, reason=reason)
+            self.recorder.update(action, NodeStatus.REJECTED)
             who = "The operator" if actor is Actor.OPERATOR else "The approval policy"
-            self._runtime_block(
+            self.recorder.runtime_block(
                 blocks.OBSERVATION,
                 f"{who} rejected the action above without running it.\nReason: {reason}",
                 tick,
@@ -154,28 +180,28 @@ class GateSteps(Sampling, KernelHost):
             return Rejected(reason)
         # An edit or a picked alternate replaces the action (and its expectation) on the
         # path; the model writes the expectation again for what will really run.
-        del self.path[-2:]
+        del self.state.path[-2:]
         if verdict is Verdict.EDIT:
             replacement = self._operator_edit(action, decision.text or "")
-            self._decision(action, verdict, actor, result=replacement)
-            self._update(action, NodeStatus.EDITED)
+            self.recorder.decision(action, verdict, actor, result=replacement)
+            self.recorder.update(action, NodeStatus.EDITED)
         else:
             picked = [n for n in alternates if n.id == decision.alternate_id]
             if not picked:
                 raise ValueError(f"node {decision.alternate_id} is not an alternate of this action")
             replacement = picked[0]
-            self._decision(action, verdict, actor, result=replacement)
-            self._update(action, NodeStatus.ALTERNATE)
-        replacement = self._update(replacement, NodeStatus.APPROVED)
-        self.path.append(replacement)
-        self._generate(blocks.EXPECTATION, tick)
+            self.recorder.decision(action, verdict, actor, result=replacement)
+            self.recorder.update(action, NodeStatus.ALTERNATE)
+        replacement = self.recorder.update(replacement, NodeStatus.APPROVED)
+        self.state.path.append(replacement)
+        self.sampler.generate(blocks.EXPECTATION, tick)
         return replacement
 
     def _operator_edit(self, action: Node, text: str) -> Node:
         """The operator's text as a new sibling of the model's action, scored like it."""
-        prefix = prefix_before(self.path, action)
+        prefix = prefix_before(self.state.path, action)
         question = blocks.QUESTIONS[blocks.ACTION]
-        earlier = earlier_texts(self.path)
+        earlier = earlier_texts(self.state.path)
         meta: dict[str, Any] = {}
         # The store keeps the whole edit (it is what runs); the context shows it capped.
         shown = text
@@ -183,21 +209,25 @@ class GateSteps(Sampling, KernelHost):
             meta[blocks.CONTEXT_CHARS_META] = OPERATOR_CONTEXT_CHARS
             shown = blocks.clip_body(text, OPERATOR_CONTEXT_CHARS)
         try:
-            parents = self.path[: self.path.index(action)] if action in self.path else self.path
+            parents = (
+                self.state.path[: self.state.path.index(action)]
+                if action in self.state.path
+                else self.state.path
+            )
             collapsed = action.meta.get("collapsed", ())
-            asked = self.prompter.question(
+            asked = self.state.prompter.question(
                 prefix, shown, question, blocks.ACTION, parents, collapsed
             )
-            log_odds = self.backend.score_yes_no([asked])
+            log_odds = self.state.backend.score_yes_no([asked])
         except ContextOverflowError:  # too long to ask about: stored unscored, never lost
             log_odds = [0.0]
-        form = self.options.form
+        form = self.state.options.form
         scored = ranking.score_candidates(blocks.ACTION, [text], log_odds, earlier, form)[0]
         title = forms.title(blocks.ACTION, form, text)
         if title:
             meta["title"] = title
-        node = self.store.add_node(
-            self.session_id,
+        node = self.state.store.add_node(
+            self.state.session_id,
             NewNode.rewrite_of(
                 action,
                 text,
@@ -207,5 +237,5 @@ class GateSteps(Sampling, KernelHost):
                 meta=meta,
             ),
         )
-        self._emit_node(node)
+        self.recorder.emit_node(node)
         return node

@@ -13,7 +13,7 @@ from typing import Any
 from agents import blocks, forms
 from agents.approval import Aborted
 from agents.events import AgentMessage
-from agents.runtime.control import RuntimeControl
+from agents.runtime.control import Control, SessionState
 from agents.runtime.results import clip
 from agents.sandbox import CallResult, Kernel, Limits, SandboxError
 from storage import Node, NodeStatus
@@ -21,74 +21,89 @@ from storage import Node, NodeStatus
 log = logging.getLogger(__name__)
 
 
-class KernelHost(RuntimeControl):
-    def _limits(self) -> Limits:
+class KernelHost:
+    """The session's sandboxed kernel, and the task checks' own."""
+
+    def __init__(self, state: SessionState, control: Control) -> None:
+        self.state = state
+        self.control = control
+        self.kernel: Kernel | None = None
+        #: the task's checks' own kernel, while they run
+        self.checker: Kernel | None = None
+
+    def close(self) -> None:
+        """Close both kernels (a stop from any thread: what runs in them ends now)."""
+        for kernel in (self.kernel, self.checker):
+            if kernel is not None:
+                kernel.close()
+
+    def limits(self) -> Limits:
         return Limits(
-            wall_seconds=self.options.action_timeout,
-            cpu_seconds=max(1, math.ceil(self.options.action_timeout)),
-            workdir_bytes=self.options.workdir_bytes,
-            workdir_files=self.options.workdir_files,
+            wall_seconds=self.state.options.action_timeout,
+            cpu_seconds=max(1, math.ceil(self.state.options.action_timeout)),
+            workdir_bytes=self.state.options.workdir_bytes,
+            workdir_files=self.state.options.workdir_files,
         )
 
     @property
-    def _script_timeout(self) -> float:
+    def script_timeout(self) -> float:
         """Seconds a script block may run: its callback's time, less a margin to report."""
-        return max(1.0, self.options.action_timeout - 2)
+        return max(1.0, self.state.options.action_timeout - 2)
 
-    def _start_kernel(self) -> None:
-        self._kernel = Kernel(
-            self.workdir, limits=self._limits(), unsafe=self.options.unsafe_no_sandbox
+    def start_kernel(self) -> None:
+        self.kernel = Kernel(
+            self.state.workdir, limits=self.limits(), unsafe=self.state.options.unsafe_no_sandbox
         )
-        self._kernel.start()
-        self._restore_kernel()
+        self.kernel.start()
+        self.restore_kernel()
 
-    def _task_checks(self) -> list[tuple[str, CallResult]]:
+    def task_checks(self) -> list[tuple[str, CallResult]]:
         """The task's checks, each with a verdict the model cannot forge: they run in a
         fresh kernel of their own (nothing of the model's namespace, a channel only it and
         the console hold), over the work dir as the model's code left it, read-only, while
         every process of the model's kernel is stopped."""
-        names = self.task.check_names
+        names = self.state.task.check_names
         if not names:
             return []
-        self._checkpoint()
-        model = self._kernel
+        self.control.checkpoint()
+        model = self.kernel
         paused = model.paused() if model is not None and model.alive else contextlib.nullcontext()
         checker = Kernel(
-            self.workdir,
-            limits=self._limits(),
-            unsafe=self.options.unsafe_no_sandbox,
+            self.state.workdir,
+            limits=self.limits(),
+            unsafe=self.state.options.unsafe_no_sandbox,
             read_only=True,
         )
-        self._checker = checker
+        self.checker = checker
         try:
             with paused, checker:
-                defined = checker.exec_block(self.task.checks, name="task checks")
+                defined = checker.exec_block(self.state.task.checks, name="task checks")
                 if not defined.ok:
                     failed = CallResult(ok=False, error=f"the task's checks: {defined.error}")
                     return [(name, failed) for name in names]
                 return [(name, checker.call_evaluation(name)) for name in names]
         except SandboxError as exc:
-            if self._stop.is_set():
+            if self.control.stopped.is_set():
                 raise Aborted("stopped") from None
             failed = CallResult(
                 ok=False, error=f"the task's checks could not run: {exc}", killed="crashed"
             )
             return [(name, failed) for name in names]
         finally:
-            self._checker = None
-            if self._stop.is_set():
+            self.checker = None
+            if self.control.stopped.is_set():
                 raise Aborted("stopped")
 
-    def _restore_kernel(self) -> None:
+    def restore_kernel(self) -> None:
         """Re-run what later ticks rely on: the observation views the path set up."""
-        assert self._kernel is not None
-        if self.options.form == forms.SCRIPT:
-            self._kernel.exec_block(forms.FILES_VIEW, name="the work directory view")
-        for node in self.path:
+        assert self.kernel is not None
+        if self.state.options.form == forms.SCRIPT:
+            self.kernel.exec_block(forms.FILES_VIEW, name="the work directory view")
+        for node in self.state.path:
             if node.kind == blocks.OBSERVATION_INFERENCE and node.status is NodeStatus.EXECUTED:
-                self._kernel.exec_block(node.text, name="observation-inference (restored)")
+                self.kernel.exec_block(node.text, name="observation-inference (restored)")
 
-    def _kernel_call(
+    def kernel_call(
         self,
         call: Callable[[Kernel], Any],
         failed: Callable[[CallResult], Any] = lambda result: result,
@@ -99,50 +114,52 @@ class KernelHost(RuntimeControl):
         The last line of defence: whatever the call raises (the sandbox's own error, say,
         for a forged answer), model code fails this call, never the session: the kernel
         is restarted and `failed` makes the call's answer from a failed CallResult."""
-        self._checkpoint()
-        kernel = self._kernel
+        self.control.checkpoint()
+        kernel = self.kernel
         assert kernel is not None
         try:
             result = call(kernel)
         except Exception as exc:
-            if self._stop.is_set():  # stop() closed the kernel under the call
+            if self.control.stopped.is_set():  # stop() closed the kernel under the call
                 raise Aborted("stopped") from None
             detail = str(exc) if isinstance(exc, SandboxError) else f"{type(exc).__name__}: {exc}"
             log.warning(
-                "session %s: sandbox call failed (%s); restarting it", self.session_id, detail
+                "session %s: sandbox call failed (%s); restarting it", self.state.session_id, detail
             )
             kernel.restart()
-            self._restore_kernel()
+            self.restore_kernel()
             error = f"the sandbox failed: {clip(detail, 300)}; its kernel was restarted"
             return failed(CallResult(ok=False, error=error, killed="crashed"))
-        if self._stop.is_set():
+        if self.control.stopped.is_set():
             raise Aborted("stopped")
         if not kernel.alive:
-            log.warning("session %s: sandbox kernel died; restarting it", self.session_id)
+            log.warning("session %s: sandbox kernel died; restarting it", self.state.session_id)
             kernel.restart()
-            self._restore_kernel()
+            self.restore_kernel()
         return result
 
-    def _heard(self, result: CallResult) -> None:
+    def heard(self, result: CallResult) -> None:
         for message in result.messages:
-            self.last_message = message
-            self._emit(AgentMessage(session_id=self.session_id, text=message))
+            self.state.last_message = message
+            self.state.emit(AgentMessage(session_id=self.state.session_id, text=message))
         if result.finished is not None:
-            self.finish_message = result.finished or self.last_message or "done"
-            self._emit(
-                AgentMessage(session_id=self.session_id, text=self.finish_message, finished=True)
+            self.state.finish_message = result.finished or self.state.last_message or "done"
+            self.state.emit(
+                AgentMessage(
+                    session_id=self.state.session_id, text=self.state.finish_message, finished=True
+                )
             )
 
-    def _run_action(self, node: Node) -> CallResult:
+    def run_action(self, node: Node) -> CallResult:
         """Run an approved action block: define it, then call the action it added."""
 
         def call(kernel: Kernel) -> CallResult:
             kernel.clear("action")
             code = forms.kernel_code(
                 blocks.ACTION,
-                self.options.form,
+                self.state.options.form,
                 node.text,
-                self._script_timeout,
+                self.script_timeout,
                 truncated=node.truncated,
             )
             defined = kernel.exec_block(code, name=f"action {node.meta.get('index', '')}")
@@ -165,6 +182,6 @@ class KernelHost(RuntimeControl):
             ran.finished = ran.finished or defined.finished
             return ran
 
-        result = self._kernel_call(call)
-        self._heard(result)
+        result = self.kernel_call(call)
+        self.heard(result)
         return result

@@ -4,19 +4,33 @@ until it completes, fails, is truncated or is stopped, and how it ended stored."
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agents import blocks
-from agents.approval import Aborted
+from agents.approval import Aborted, Asker, Gate
 from agents.backends.base import BackendError, ContextOverflowError
-from agents.events import SessionStarted
+from agents.events import Listener, SessionStarted
+from agents.memory import Memory
 from agents.runtime.context import Truncated
-from agents.runtime.recall import MEMORY_SYNC_SECONDS
+from agents.runtime.control import Control, SessionState
+from agents.runtime.gate import GateSteps
+from agents.runtime.kernel_host import KernelHost
+from agents.runtime.options import RunOptions
+from agents.runtime.recall import MEMORY_SYNC_SECONDS, MemoryRecall
+from agents.runtime.recording import Recorder
+from agents.runtime.sampling import Sampler
 from agents.runtime.session_task import task_snapshot
 from agents.runtime.tick import Finished, TickSteps
 from agents.sandbox import SandboxUnavailable, sandbox_status
-from agents.tasks import seed_workdir
-from storage import NodeStatus, SessionStatus
+from agents.tasks import Task, seed_workdir
+from storage import Node, NodeStatus, SessionStatus, TraceStore
+
+if TYPE_CHECKING:
+    from agents.backends import Backend
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +59,128 @@ def stop_reason(exc: BaseException) -> str:
     return "stopped by the operator"
 
 
-class Runtime(TickSteps):
+class Runtime:
     """Runs one session of `task` against `backend`, storing it in `store`.
 
-    Built in layers, each in its own module: `RuntimeControl` (state, stop, pause, step),
-    `Recording` (the store and the listener), `Sampling` and `KernelHost` (the model and
-    the sandbox), `GateSteps` (the action and the approval gate), `MemoryRecall`,
-    `TickSteps` (one tick) and, here, the run."""
+    Composed of parts it owns, each given the others it uses: the session's state and
+    its control (`control`: stop, pause, step, chat, from any thread), the recorder (the
+    store and the listener), the sampler (the model's blocks), the kernel host (the
+    sandbox), the action's steps through the approval gate (`gate`), the retrieval memory
+    and one tick's steps; the run itself is here."""
+
+    def __init__(
+        self,
+        store: TraceStore,
+        backend: Backend,
+        task: Task,
+        options: RunOptions,
+        *,
+        sessions_dir: Path,
+        listener: Listener | None = None,
+        asker: Asker | None = None,
+        resume: int | None = None,
+        memory: Memory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = SessionState(
+            store, backend, task, options, sessions_dir, clock, listener=listener
+        )
+        self.resume_id = resume
+        self.control = Control(self.state)
+        self.recorder = Recorder(self.state, self.control)
+        self.sampler = Sampler(self.state, self.control, self.recorder)
+        self.kernels = KernelHost(self.state, self.control)
+        self.gate = Gate(options.approval, options.approval_threshold, asker)
+        self.action = GateSteps(
+            self.state, self.control, self.recorder, self.sampler, self.kernels, self.gate
+        )
+        self.memory = MemoryRecall(self.state, self.control, self.recorder, memory)
+        self.ticks = TickSteps(
+            self.state,
+            self.control,
+            self.recorder,
+            self.sampler,
+            self.kernels,
+            self.action,
+            self.memory,
+        )
+
+    # -- what callers read ------------------------------------------------------------------
+
+    @property
+    def store(self) -> TraceStore:
+        return self.state.store
+
+    @property
+    def options(self) -> RunOptions:
+        return self.state.options
+
+    @property
+    def session_id(self) -> int:
+        return self.state.session_id
+
+    @property
+    def path(self) -> list[Node]:
+        return self.state.path
+
+    @property
+    def tokens(self) -> int:
+        return self.state.tokens
+
+    @property
+    def task_passed(self) -> tuple[int, int]:
+        return self.state.task_passed
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.state.sessions_dir
+
+    @property
+    def workdir(self) -> Path:
+        return self.state.workdir
+
+    @property
+    def listener(self) -> Listener | None:
+        return self.state.listener
+
+    @listener.setter
+    def listener(self, listener: Listener | None) -> None:
+        self.state.listener = listener
+
+    # -- control (any thread) ---------------------------------------------------------------
+
+    def stop(self, reason: str | None = None) -> None:
+        """Abort the session: at the next block boundary, or at once while it waits for
+        the operator or runs code in the sandbox. `reason` is stored as the session's
+        (default: "stopped by the operator")."""
+        self.control.stop(reason)
+        self.kernels.close()
+
+    def pause(self) -> None:
+        self.control.pause()
+
+    def unpause(self) -> None:
+        self.control.unpause()
+
+    def set_stepping(self, unit: str | None) -> None:
+        """Step mode: with `"block"` the agent waits for `step()` before each block, with
+        `"tick"` before each tick; `None` lets it run until it needs the operator."""
+        self.control.set_stepping(unit)
+
+    def step(self) -> None:
+        """Let a stepping agent make one more block (or tick)."""
+        self.control.step()
+
+    @property
+    def stepping(self) -> str | None:
+        return self.control.stepping
+
+    def post_message(self, text: str) -> None:
+        """An operator chat message: it enters the context as an observation block at the
+        next tick boundary."""
+        self.control.post_message(text)
+
+    # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         """Run the session until it completes, fails, is truncated or is stopped.
@@ -60,42 +189,46 @@ class Runtime(TickSteps):
         try:
             self._open()
         except BaseException as exc:
-            if self._kernel is not None:
-                self._kernel.close()
-            stopping = self._stop.is_set() or isinstance(exc, KeyboardInterrupt)
+            if self.kernels.kernel is not None:
+                self.kernels.kernel.close()
+            stopping = self.control.stopped.is_set() or isinstance(exc, KeyboardInterrupt)
             if stopping and not isinstance(exc, SandboxUnavailable):
                 # stopped while starting (the kernel is closed under it): aborted, resumable
-                stopped = self._stop_why or stop_reason(exc)
+                stopped = self.control.stop_why or stop_reason(exc)
                 if self.session_id:
-                    self._set_status(SessionStatus.ABORTED, stopped)
+                    self.recorder.set_status(SessionStatus.ABORTED, stopped)
                 message = self._summary(SessionStatus.ABORTED, stopped)
                 return Outcome(self.session_id, SessionStatus.ABORTED, message, stopped)
             if self.session_id:
-                self._set_status(SessionStatus.FAILED, str(exc))
+                self.recorder.set_status(SessionStatus.FAILED, str(exc))
             raise
         status, reason, error = SessionStatus.FAILED, None, None
         try:
             status, reason = self._loop()
         except (Aborted, KeyboardInterrupt) as exc:
-            status, reason = SessionStatus.ABORTED, self._stop_why or stop_reason(exc)
+            status, reason = SessionStatus.ABORTED, self.control.stop_why or stop_reason(exc)
         except ContextOverflowError as exc:  # this session's own: the backend is fine
             status, reason = SessionStatus.TRUNCATED, f"the context is full: {exc}"
         except BackendError as exc:
             status, reason, error = SessionStatus.FAILED, f"model backend: {exc}", exc
         finally:
-            if self._kernel is not None:
-                self._kernel.close()
-            self._set_status(status, reason)
+            if self.kernels.kernel is not None:
+                self.kernels.kernel.close()
+            self.recorder.set_status(status, reason)
             if status is not SessionStatus.ABORTED:  # index this session for the next ones
-                self._sync_memory(MEMORY_SYNC_SECONDS)
-        message = self.finish_message or self.last_message or self._summary(status, reason)
-        return Outcome(self.session_id, status, message, reason, self.ticks_run, self.tokens, error)
+                self.memory.sync(MEMORY_SYNC_SECONDS)
+        message = (
+            self.state.finish_message or self.state.last_message or self._summary(status, reason)
+        )
+        return Outcome(
+            self.session_id, status, message, reason, self.state.ticks_run, self.tokens, error
+        )
 
     def _summary(self, status: SessionStatus, reason: str | None) -> str:
         passed, total = self.task_passed
         checks = f"; {passed}/{total} task checks passed" if total else ""
         why = f" ({reason})" if reason else ""
-        return f"session {self.session_id} {status.value} after {self.ticks_run} ticks{checks}{why}"
+        return f"session {self.session_id} {status.value} after {self.state.ticks_run} ticks{checks}{why}"
 
     def _open(self) -> None:
         if not self.options.unsafe_no_sandbox:
@@ -104,41 +237,41 @@ class Runtime(TickSteps):
                 raise SandboxUnavailable(f"the sandbox is unavailable: {status.detail}", status.fix)
         if self.resume_id is None:
             session = self.store.create_session(
-                self.task.prompt,
-                title=self.task.title,
-                backend=self.backend.name,
-                model=self.backend.model,
-                adapter=self.backend.active_adapter,
-                settings={"task": task_snapshot(self.task), "run": self.options.snapshot()},
+                self.state.task.prompt,
+                title=self.state.task.title,
+                backend=self.state.backend.name,
+                model=self.state.backend.model,
+                adapter=self.state.backend.active_adapter,
+                settings={"task": task_snapshot(self.state.task), "run": self.options.snapshot()},
             )
-            self.session_id = session.id
+            self.state.session_id = session.id
             self._announce()
             self._first_start()
         elif not self.store.count_nodes(self.resume_id):
             # stopped before its first block: resuming it is starting it
-            self.session_id = self.resume_id
+            self.state.session_id = self.resume_id
             self._announce()
-            self._set_status(SessionStatus.RUNNING, "resumed")
+            self.recorder.set_status(SessionStatus.RUNNING, "resumed")
             self._first_start()
         else:
-            self.session_id = self.resume_id
+            self.state.session_id = self.resume_id
             self._announce()
-            self._tick = self._load_path()
+            self.state.next_tick = self._load_path()
             self.workdir.mkdir(parents=True, exist_ok=True)
-            self._set_status(SessionStatus.RUNNING, "resumed")
-            self._start_kernel()
+            self.recorder.set_status(SessionStatus.RUNNING, "resumed")
+            self.kernels.start_kernel()
 
     def _announce(self) -> None:
         """The session's first line: the model, where it runs, the sampling choices."""
         from agents.backends.offline import model_label
 
-        backend = self.backend
+        backend = self.state.backend
         adapter = f" with adapter {backend.active_adapter}" if backend.active_adapter else ""
         text = (
             f"session {self.session_id}: {model_label(backend.model)}{adapter} "
             f"({backend.name}, {backend.device}); {self.options.describe()}"
         )
-        self._emit(
+        self.state.emit(
             SessionStarted(session_id=self.session_id, text=text, options=self.options.snapshot())
         )
 
@@ -146,10 +279,10 @@ class Runtime(TickSteps):
         if self.resume_id is None:  # a session resumed before its first block keeps its own
             self._set_aside_stale_workdir()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        seed_workdir(self.task, self.workdir)
-        self._start_kernel()
-        self._genesis()
-        self._tick = 1
+        seed_workdir(self.state.task, self.workdir)
+        self.kernels.start_kernel()
+        self.ticks.genesis()
+        self.state.next_tick = 1
 
     def _set_aside_stale_workdir(self) -> None:
         """A new session's work directory must start with the task's files only. One left
@@ -158,7 +291,7 @@ class Runtime(TickSteps):
         folder = self.workdir.parent
         if not self.workdir.exists() or not any(self.workdir.iterdir()):
             return
-        aside = folder.with_name(f"{folder.name}.stale-{int(self.clock() * 1000)}")
+        aside = folder.with_name(f"{folder.name}.stale-{int(self.state.clock() * 1000)}")
         folder.rename(aside)
         log.warning(
             "session %s: its work directory held another session's files; moved to %s",
@@ -175,15 +308,15 @@ class Runtime(TickSteps):
             raise ValueError(f"session {self.session_id} has no blocks to resume from")
         path = self.store.path(live[-1].id)
         cut = max(i for i, n in enumerate(path) if n.kind in (blocks.OUTCOME, blocks.GENESIS))
-        self.path = path[: cut + 1]
+        self.state.path = path[: cut + 1]
         return self.path[-1].tick + 1
 
     def _loop(self) -> tuple[SessionStatus, str | None]:
-        start = self._tick
+        start = self.state.next_tick
         try:
             for tick in range(start, start + self.options.max_ticks):
-                self.ticks_run = tick - start + 1
-                self._run_tick(tick)
+                self.state.ticks_run = tick - start + 1
+                self.ticks.run_tick(tick)
         except Finished:
             return SessionStatus.COMPLETED, None
         except Truncated as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 from agents.blocks import Header
 from agents.events import DecisionRecorded, EvaluationRecorded, NodeChanged, StatusChanged
-from agents.runtime.control import RuntimeControl
+from agents.runtime.control import Control, SessionState
 from agents.runtime.results import clip, passed, result_meta
 from agents.sandbox import CallResult
 from storage import (
@@ -24,13 +24,19 @@ from storage import (
 )
 
 
-class Recording(RuntimeControl):
+class Recorder:
     """Writes to the store and emits the matching event."""
 
-    def _header(self, kind: str, tick: int, title: str | None = None) -> Header:
-        return Header(kind, index=len(self.path), tick=tick, timestamp=self.clock(), title=title)
+    def __init__(self, state: SessionState, control: Control) -> None:
+        self.state = state
+        self.control = control
 
-    def _runtime_block(
+    def header(self, kind: str, tick: int, title: str | None = None) -> Header:
+        return Header(
+            kind, index=len(self.state.path), tick=tick, timestamp=self.state.clock(), title=title
+        )
+
+    def runtime_block(
         self,
         kind: str,
         text: str,
@@ -39,9 +45,9 @@ class Recording(RuntimeControl):
         title: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> Node:
-        self._await_step("block", kind)
-        header = self._header(kind, tick, title)
-        return self._store_block(
+        self.control.await_step("block", kind)
+        header = self.header(kind, tick, title)
+        return self.store_block(
             NewNode(
                 kind=kind,
                 text=clip(text),
@@ -52,26 +58,26 @@ class Recording(RuntimeControl):
             )
         )
 
-    def _store_block(self, new: NewNode) -> Node:
+    def store_block(self, new: NewNode) -> Node:
         """Add a runtime block under the path's last node; it joins the path."""
-        self._checkpoint()
-        if self.path:
-            new = replace(new, parent_id=self.path[-1].id)
-        node = self.store.add_node(self.session_id, new)
-        self.path.append(node)
-        self._emit_node(node)
+        self.control.checkpoint()
+        if self.state.path:
+            new = replace(new, parent_id=self.state.path[-1].id)
+        node = self.state.store.add_node(self.state.session_id, new)
+        self.state.path.append(node)
+        self.emit_node(node)
         return node
 
-    def _update(self, node: Node, status: NodeStatus, result: CallResult | None = None) -> Node:
+    def update(self, node: Node, status: NodeStatus, result: CallResult | None = None) -> Node:
         meta = result_meta(result) if result is not None else None
-        updated = self.store.update_node(node.id, status=status, meta=meta)
-        for i, on_path in enumerate(self.path):
+        updated = self.state.store.update_node(node.id, status=status, meta=meta)
+        for i, on_path in enumerate(self.state.path):
             if on_path.id == node.id:
-                self.path[i] = updated
-        self._emit_node(updated)
+                self.state.path[i] = updated
+        self.emit_node(updated)
         return updated
 
-    def _decision(
+    def decision(
         self,
         node: Node,
         verdict: Verdict,
@@ -80,16 +86,16 @@ class Recording(RuntimeControl):
         reason: str | None = None,
         result: Node | None = None,
     ) -> None:
-        stored = self.store.record_decision(
+        stored = self.state.store.record_decision(
             node.id,
             verdict,
             actor=actor,
             reason=reason,
             result_node_id=result.id if result is not None else None,
         )
-        self._emit(
+        self.state.emit(
             DecisionRecorded(
-                session_id=self.session_id,
+                session_id=self.state.session_id,
                 node_id=node.id,
                 verdict=stored.verdict,
                 actor=stored.actor,
@@ -98,11 +104,11 @@ class Recording(RuntimeControl):
             )
         )
 
-    def _record_evaluation(
+    def record_evaluation(
         self, node: Node, name: str, kind: EvaluationKind, result: CallResult
     ) -> None:
         verdict = passed(result) if kind is EvaluationKind.CALLBACK else None
-        self._record(
+        self.record(
             node,
             name,
             kind,
@@ -112,7 +118,7 @@ class Recording(RuntimeControl):
             duration=result.duration,
         )
 
-    def _record(
+    def record(
         self,
         node: Node,
         name: str,
@@ -123,12 +129,12 @@ class Recording(RuntimeControl):
         error: str | None = None,
         duration: float | None = None,
     ) -> None:
-        stored = self.store.record_evaluation(
+        stored = self.state.store.record_evaluation(
             node.id, name, kind=kind, result=result, passed=passed, error=error, duration=duration
         )
-        self._emit(
+        self.state.emit(
             EvaluationRecorded(
-                session_id=self.session_id,
+                session_id=self.state.session_id,
                 node_id=node.id,
                 name=name,
                 kind=kind,
@@ -139,11 +145,13 @@ class Recording(RuntimeControl):
             )
         )
 
-    def _set_status(self, status: SessionStatus, reason: str | None) -> None:
-        if not self.session_id:
+    def set_status(self, status: SessionStatus, reason: str | None) -> None:
+        if not self.state.session_id:
             return
-        self.store.set_session_status(self.session_id, status, reason=reason or "")
-        self._emit(StatusChanged(session_id=self.session_id, status=status, reason=reason))
+        self.state.store.set_session_status(self.state.session_id, status, reason=reason or "")
+        self.state.emit(
+            StatusChanged(session_id=self.state.session_id, status=status, reason=reason)
+        )
 
-    def _emit_node(self, node: Node) -> None:
-        self._emit(NodeChanged(session_id=self.session_id, node=node))
+    def emit_node(self, node: Node) -> None:
+        self.state.emit(NodeChanged(session_id=self.state.session_id, node=node))

@@ -12,7 +12,8 @@ from agents import blocks, forms, prompting, ranking
 from agents.events import BlockSampled, RuntimeEvent, SamplingProgress
 from agents.grammar import block_grammar
 from agents.runtime.context import Truncated, earlier_texts
-from agents.runtime.recording import Recording
+from agents.runtime.control import Control, SessionState
+from agents.runtime.recording import Recorder
 from storage import Author, NewNode, Node, NodeStatus
 
 #: A block whose candidates all repeat earlier blocks gets one more round in which no
@@ -30,70 +31,88 @@ STREAM_EVERY = 0.5
 STREAM_TEXT_CHARS = 400
 
 
-class Sampling(Recording):
-    def _generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
+class Sampler:
+    """Writes the model's blocks: candidates sampled, ranked and stored."""
+
+    def __init__(self, state: SessionState, control: Control, recorder: Recorder) -> None:
+        self.state = state
+        self.control = control
+        self.recorder = recorder
+
+    def generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
         """Sample candidates for a model-written block, rank them, store them all as
         siblings; the chosen one joins the path. Returns (chosen, alternates)."""
-        self._await_step("block", kind)
-        self._checkpoint()
-        header = self._header(kind, tick)
+        self.control.await_step("block", kind)
+        self.control.checkpoint()
+        header = self.recorder.header(kind, tick)
         question = blocks.QUESTIONS[kind]
-        prompter = self.prompter
-        form = self.options.form
+        prompter = self.state.prompter
+        form = self.state.options.form
         # the longest prompt built on this context: the header, a whole block, a question
         asked = ranking.question_prompt(header.text(), "", question) + prompter.overhead
-        context, collapsed = self._window.fit(self.path, asked, self.options.block_tokens)
+        context, collapsed = self.state.window.fit(
+            self.state.path, asked, self.state.options.block_tokens
+        )
         prefix = context + header.text()
-        prompt = prompter.block(context, header.text(), kind, self.path, collapsed)
-        max_tokens = prompter.max_tokens(kind, self.options.block_tokens)
-        earlier = earlier_texts(self.path)
+        prompt = prompter.block(context, header.text(), kind, self.state.path, collapsed)
+        max_tokens = prompter.max_tokens(kind, self.state.options.block_tokens)
+        earlier = earlier_texts(self.state.path)
         if prompter.style == prompting.CHAT:  # saying the ask back is a copy too
             earlier += prompting.asks(form)
-        features = self.backend.features
-        grammar = block_grammar(kind, self.options.block_tokens) if self.options.constrain else None
+        features = self.state.backend.features
+        grammar = (
+            block_grammar(kind, self.state.options.block_tokens)
+            if self.state.options.constrain
+            else None
+        )
         if "grammar" not in features or (form == forms.SCRIPT and kind in forms.SCRIPT_KINDS):
             grammar = None
         sampled: list[tuple[Any, int]] = []
         scored: list[ranking.Scored] = []
-        rounds = [self.options.candidates, *self.options.escalation]
+        rounds = [self.state.options.candidates, *self.state.options.escalation]
         no_repeat_round = -1  # the round that banned repeats, if one did
-        temperatures = [self.options.temperature] * len(rounds)
+        temperatures = [self.state.options.temperature] * len(rounds)
 
         def draw(round_no: int, no_repeat: int = 0) -> None:
-            stream = SampleStream(self._emit, self.session_id, kind, tick, rounds[round_no])
-            candidates = self.backend.generate(
+            stream = SampleStream(
+                self.state.emit, self.state.session_id, kind, tick, rounds[round_no]
+            )
+            candidates = self.state.backend.generate(
                 prompt,
                 n=rounds[round_no],
                 max_tokens=max_tokens,
                 stop=prompter.stop(kind),
                 temperature=temperatures[round_no],
-                seed=None if self.options.seed is None else self.options.seed + len(self.path),
+                seed=None
+                if self.state.options.seed is None
+                else self.state.options.seed + len(self.state.path),
                 grammar=grammar,
                 on_token=stream.piece if "stream" in features else None,
                 no_repeat=no_repeat,
             )
             stream.done(candidates)
-            self.tokens += sum(len(c.token_ids) for c in candidates)
+            self.state.tokens += sum(len(c.token_ids) for c in candidates)
             bodies = [prompter.body(kind, c.text) for c in candidates]
             # Scored as at most `block_tokens` tokens, the room `fit` left for a block:
             # bytes that are no UTF-8 come back as replacement characters, which can take
             # more tokens than were sampled. The stored block is whole.
             shown = [
-                blocks.head_within(b, self.options.block_tokens, self._window.tokens_in)
+                blocks.head_within(b, self.state.options.block_tokens, self.state.window.tokens_in)
                 for b in bodies
             ]
             prompts = [
-                prompter.question(prefix, s, question, kind, self.path, collapsed) for s in shown
+                prompter.question(prefix, s, question, kind, self.state.path, collapsed)
+                for s in shown
             ]
-            log_odds = self.backend.score_yes_no(prompts)
+            log_odds = self.state.backend.score_yes_no(prompts)
             scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form))
             sampled.extend((c, round_no) for c in candidates)
 
         for round_no in range(len(rounds)):
             if round_no:
-                self._checkpoint()
+                self.control.checkpoint()
             draw(round_no)
-            if ranking.good_enough(kind, scored, self.options.rank_threshold):
+            if ranking.good_enough(kind, scored, self.state.options.rank_threshold):
                 break
         else:
             if all(s.copy for s in scored):
@@ -102,19 +121,19 @@ class Sampling(Recording):
                 # only: a chat model's reply must repeat the names the task and the files
                 # use, and banned from them the coder misspells them, "hasClose_elements"),
                 # else one drawn hotter
-                rounds.append(self.options.candidates)
-                temperatures.append(max(self.options.temperature, HOT_TEMPERATURE))
-                self._checkpoint()
+                rounds.append(self.state.options.candidates)
+                temperatures.append(max(self.state.options.temperature, HOT_TEMPERATURE))
+                self.control.checkpoint()
                 if "no-repeat" in features and prompter.style == prompting.DOCUMENT:
                     no_repeat_round = len(rounds) - 1
-                    temperatures[-1] = self.options.temperature
+                    temperatures[-1] = self.state.options.temperature
                     draw(no_repeat_round, NO_REPEAT_TOKENS)
                 else:
                     draw(len(rounds) - 1)
-        best = ranking.pick(scored, self.options.pick, self._rng)
+        best = ranking.pick(scored, self.state.options.pick, self.state.rng)
         digest = blocks.prompt_hash(prefix)
         exact = prompter.style == prompting.DOCUMENT
-        parent = self.path[-1]
+        parent = self.state.path[-1]
         new_nodes = []
         for i, ((candidate, round_no), score) in enumerate(zip(sampled, scored, strict=True)):
             meta: dict[str, Any] = {**header.meta(), "q": question, "collapsed": collapsed}
@@ -144,8 +163,8 @@ class Sampling(Recording):
                         "n": rounds[round_no],
                         "round": round_no,
                         **({"no_repeat": NO_REPEAT_TOKENS} if round_no == no_repeat_round else {}),
-                        "model": self.backend.model,
-                        "adapter": self.backend.active_adapter,
+                        "model": self.state.backend.model,
+                        "adapter": self.state.backend.active_adapter,
                         "finish_reason": candidate.finish_reason,
                         **({"grammar": kind} if grammar is not None else {}),
                     },
@@ -154,13 +173,13 @@ class Sampling(Recording):
                     meta=meta,
                 )
             )
-        stored = self.store.add_nodes(self.session_id, new_nodes)
+        stored = self.state.store.add_nodes(self.state.session_id, new_nodes)
         for node in stored:
-            self._emit_node(node)
+            self.recorder.emit_node(node)
         chosen = stored[best]
-        self.path.append(chosen)
-        if self.tokens >= self.options.max_session_tokens:
-            raise Truncated(f"token limit ({self.options.max_session_tokens}) reached")
+        self.state.path.append(chosen)
+        if self.state.tokens >= self.state.options.max_session_tokens:
+            raise Truncated(f"token limit ({self.state.options.max_session_tokens}) reached")
         return chosen, [n for n in stored if n.id != chosen.id]
 
 

@@ -11,8 +11,11 @@ from agents import blocks, forms, prompting, ranking
 from agents.blocks import GENESIS_SCRIPT_TEMPLATE, GENESIS_TEMPLATE
 from agents.example import CURRENT as EXAMPLE_VERSION
 from agents.example import EXAMPLE_META
+from agents.runtime.control import Control, SessionState
 from agents.runtime.gate import GateSteps, TickState
+from agents.runtime.kernel_host import KernelHost
 from agents.runtime.recall import MemoryRecall
+from agents.runtime.recording import Recorder
 from agents.runtime.results import (
     RUNTIME_TEXT_CHARS,
     clip,
@@ -21,6 +24,7 @@ from agents.runtime.results import (
     passed,
     result_text,
 )
+from agents.runtime.sampling import Sampler
 from agents.runtime.session_task import task_reminder
 from agents.sandbox import CallResult, Kernel
 from agents.task_spec import Task
@@ -32,76 +36,102 @@ class Finished(Exception):
     of the model's own evaluations, after an action that ran)."""
 
 
-class TickSteps(GateSteps, MemoryRecall):
-    def _run_tick(self, tick: int) -> None:
-        self._await_step("tick", f"tick {tick}")
+class TickSteps:
+    """One tick, block by block; and the session's first block, the genesis."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        control: Control,
+        recorder: Recorder,
+        sampler: Sampler,
+        kernels: KernelHost,
+        action: GateSteps,
+        memory: MemoryRecall,
+    ) -> None:
+        self.state = state
+        self.control = control
+        self.recorder = recorder
+        self.sampler = sampler
+        self.kernels = kernels
+        self.action = action
+        self.memory = memory
+
+    def run_tick(self, tick: int) -> None:
+        self.control.await_step("tick", f"tick {tick}")
         state = TickState(tick)
-        asks = {prompting.TASK_ASKS_META: dict(self.task.asks)} if self.task.asks else None
-        self._runtime_block(blocks.TASK_REMINDER, task_reminder(self.task), tick, meta=asks)
+        asks = (
+            {prompting.TASK_ASKS_META: dict(self.state.task.asks)} if self.state.task.asks else None
+        )
+        self.recorder.runtime_block(
+            blocks.TASK_REMINDER, task_reminder(self.state.task), tick, meta=asks
+        )
         self._observe(tick)
-        self._recall(tick)
-        self._generate(blocks.ORIENTATION, tick)
-        self._act(state)
-        if self.options.form == forms.CALLBACK:  # observation views are callbacks
+        self.memory.recall(tick)
+        self.sampler.generate(blocks.ORIENTATION, tick)
+        self.action.act(state)
+        if self.state.options.form == forms.CALLBACK:  # observation views are callbacks
             self._option(tick)
         self._evaluate(state)
         self._outcome(state)
 
-    def _genesis(self) -> None:
-        files = sorted(self.task.files)
+    def genesis(self) -> None:
+        files = sorted(self.state.task.files)
         listing = ", ".join(files) if files else "(empty)"
-        kernel = self._kernel
-        inside = kernel.workdir_inside if kernel is not None else str(self.workdir)
+        kernel = self.kernels.kernel
+        inside = kernel.workdir_inside if kernel is not None else str(self.state.workdir)
         template = (
-            GENESIS_SCRIPT_TEMPLATE if self.options.form == forms.SCRIPT else GENESIS_TEMPLATE
+            GENESIS_SCRIPT_TEMPLATE if self.state.options.form == forms.SCRIPT else GENESIS_TEMPLATE
         )
         text = template.format(
-            title=self.task.title,
-            prompt=self.task.prompt.strip(),
+            title=self.state.task.title,
+            prompt=self.state.task.prompt.strip(),
             workdir=inside,
             files=listing,
-            checks=_checked_by(self.task),
+            checks=_checked_by(self.state.task),
         )
         # the example tick is written in callback form
-        example = self.options.example and self.options.form == forms.CALLBACK
+        example = self.state.options.example and self.state.options.form == forms.CALLBACK
         extra = {EXAMPLE_META: EXAMPLE_VERSION} if example else {}
-        self._runtime_block(blocks.GENESIS, text, 0, meta=extra)
+        self.recorder.runtime_block(blocks.GENESIS, text, 0, meta=extra)
 
     def _observe(self, tick: int) -> None:
-        views = self._kernel_call(
+        views = self.kernels.kernel_call(
             lambda k: k.render_observations(), lambda failed: [("observation views", failed)]
         )
         for title, result in views:
-            node = self._runtime_block(
+            node = self.recorder.runtime_block(
                 blocks.OBSERVATION,
                 result_text(result) if result.ok else f"[error] {result.error}",
                 tick,
                 title=title,
             )
-            self._record_evaluation(node, title, EvaluationKind.OBSERVATION, result)
+            self.recorder.record_evaluation(node, title, EvaluationKind.OBSERVATION, result)
         while True:
             try:
-                message = self._chat.get_nowait()
+                message = self.control.chat.get_nowait()
             except queue.Empty:
                 break
-            self._runtime_block(blocks.OBSERVATION, message, tick, title="Operator")
+            self.recorder.runtime_block(blocks.OBSERVATION, message, tick, title="Operator")
 
     def _option(self, tick: int) -> None:
         """The runtime asks whether the observation views need to change; when the model
         thinks so, it writes an observation-inference block."""
-        header = self._header(blocks.OPTION, tick)
+        header = self.recorder.header(blocks.OPTION, tick)
         asked = f"{ranking.CALIBRATION}#q: {blocks.OPTION_QUESTION}"
-        context, collapsed = self._window.fit(self.path, asked + self.prompter.overhead, 0)
+        context, collapsed = self.state.window.fit(
+            self.state.path, asked + self.state.prompter.overhead, 0
+        )
         prompt = (
             context + asked
-            if self.prompter.style == prompting.DOCUMENT
-            else self.prompter.question(
-                context, "", blocks.OPTION_QUESTION, blocks.OPTION, self.path, collapsed
+            if self.state.prompter.style == prompting.DOCUMENT
+            else self.state.prompter.question(
+                context, "", blocks.OPTION_QUESTION, blocks.OPTION, self.state.path, collapsed
             )
         )
-        log_odds = finite(self.backend.score_yes_no([prompt])[0])
+        log_odds = finite(self.state.backend.score_yes_no([prompt])[0])
         answer = "Yes." if log_odds > 0 else "No."
-        self._store_block(
+        self.recorder.store_block(
             NewNode(
                 kind=blocks.OPTION,
                 text=answer,
@@ -114,32 +144,34 @@ class TickSteps(GateSteps, MemoryRecall):
             )
         )
         if log_odds > 0:
-            node, _ = self._generate(blocks.OBSERVATION_INFERENCE, tick)
-            result = self._kernel_call(
+            node, _ = self.sampler.generate(blocks.OBSERVATION_INFERENCE, tick)
+            result = self.kernels.kernel_call(
                 lambda k: k.exec_block(node.text, name="observation-inference")
             )
-            self._heard(result)
-            self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+            self.kernels.heard(result)
+            self.recorder.update(
+                node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result
+            )
             if not result.ok:
-                self._runtime_block(blocks.ERROR, result.error or "failed", tick)
+                self.recorder.runtime_block(blocks.ERROR, result.error or "failed", tick)
 
     def _evaluate(self, state: TickState) -> None:
-        node, _ = self._generate(blocks.EVALUATION, state.tick)
+        node, _ = self.sampler.generate(blocks.EVALUATION, state.tick)
 
         def define(kernel: Kernel) -> CallResult:
             kernel.clear("evaluation")
             code = forms.kernel_code(
-                blocks.EVALUATION, self.options.form, node.text, self._script_timeout
+                blocks.EVALUATION, self.state.options.form, node.text, self.kernels.script_timeout
             )
             return kernel.exec_block(code, name="evaluation")
 
-        result = self._kernel_call(define)
-        self._heard(result)
-        self._update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
+        result = self.kernels.kernel_call(define)
+        self.kernels.heard(result)
+        self.recorder.update(node, NodeStatus.EXECUTED if result.ok else NodeStatus.FAILED, result)
         if result.ok:
             state.evaluations = list(dict.fromkeys(result.registered.get("evaluation", [])))
         else:
-            self._runtime_block(blocks.ERROR, result.error or "failed", state.tick)
+            self.recorder.runtime_block(blocks.ERROR, result.error or "failed", state.tick)
 
     def _outcome(self, state: TickState) -> None:
         rows: list[tuple[str, str]] = []
@@ -153,37 +185,39 @@ class TickSteps(GateSteps, MemoryRecall):
         # a kernel of their own (`_task_checks`): their verdict is the task's.
         results: list[tuple[str, CallResult, bool]] = []
         for title in state.evaluations:
-            result = self._kernel_call(partial(_call_evaluation, name=title))
-            self._heard(result)
-            name = f"{title} (the model's)" if title in self.task.check_names else title
+            result = self.kernels.kernel_call(partial(_call_evaluation, name=title))
+            self.kernels.heard(result)
+            name = f"{title} (the model's)" if title in self.state.task.check_names else title
             results.append((name, result, False))
-        results = [(name, result, True) for name, result in self._task_checks()] + results
+        results = [(name, result, True) for name, result in self.kernels.task_checks()] + results
         for name, result, is_check in results:
-            if is_check and self.task.blind:
+            if is_check and self.state.task.blind:
                 continue  # recorded below, never shown to the model
             text = result_text(result) if result.ok else f"[error] {result.error}"
             rows.append((name, clip(text, RUNTIME_TEXT_CHARS // 4)))
         verdicts = [(name, passed(result), is_check) for name, result, is_check in results]
         passes = sum(1 for _, ok, _ in verdicts if ok)
         checks = [ok for _, ok, is_check in verdicts if is_check]
-        self.task_passed = (sum(checks), len(checks))
+        self.state.task_passed = (sum(checks), len(checks))
         fraction = sum(credit(r) for _, r, _ in results) / len(results) if results else 0.0
         reward = max(0.0, 0.5 * fraction - 0.1 * state.failed_attempts)
 
-        header = self._header(blocks.OUTCOME, state.tick)
+        header = self.recorder.header(blocks.OUTCOME, state.tick)
         table = blocks.outcome_table(rows)
         asked = ranking.question_prompt(header.text(), table, blocks.OUTCOME_QUESTION)
-        context, collapsed = self._window.fit(self.path, asked + self.prompter.overhead, 0)
-        question = self.prompter.question(
+        context, collapsed = self.state.window.fit(
+            self.state.path, asked + self.state.prompter.overhead, 0
+        )
+        question = self.state.prompter.question(
             context + header.text(),
             table,
             blocks.OUTCOME_QUESTION,
             blocks.OUTCOME,
-            self.path,
+            self.state.path,
             collapsed,
         )
-        log_odds = finite(self.backend.score_yes_no([question])[0])
-        node = self._store_block(
+        log_odds = finite(self.state.backend.score_yes_no([question])[0])
+        node = self.recorder.store_block(
             NewNode(
                 kind=blocks.OUTCOME,
                 text=table,
@@ -199,25 +233,25 @@ class TickSteps(GateSteps, MemoryRecall):
                     "table": [list(row) for row in rows],
                     "passed": passes,
                     "total": len(results),
-                    "task_passed": self.task_passed[0],
-                    "task_total": self.task_passed[1],
+                    "task_passed": self.state.task_passed[0],
+                    "task_total": self.state.task_passed[1],
                     "failed_attempts": state.failed_attempts,
                     "reward": reward,
                 },
             )
         )
         for name, result, _ in results:
-            self._record_evaluation(node, name, EvaluationKind.CALLBACK, result)
-        self._record(
+            self.recorder.record_evaluation(node, name, EvaluationKind.CALLBACK, result)
+        self.recorder.record(
             node,
             blocks.OUTCOME_QUESTION,
             EvaluationKind.LOGIT,
             result=log_odds,
             passed=log_odds > 0,
         )
-        if self.finish_message is not None:
+        if self.state.finish_message is not None:
             raise Finished
-        if self.task.blind:
+        if self.state.task.blind:
             # the task's verdict is hidden: the model's own evaluations say when it is done
             own = [ok for _, ok, is_check in verdicts if not is_check]
             if own and all(own) and state.action is not None and state.action.result.ok:

@@ -70,7 +70,7 @@ def assert_stopped(store: TraceStore, runtime: Runtime, outcome: Any) -> None:
     assert outcome.backend_error is None
     assert outcome.session_id == runtime.session_id != 0
     assert store.get_session(outcome.session_id).status is SessionStatus.ABORTED
-    kernel = runtime._kernel
+    kernel = runtime.kernels.kernel
     assert kernel is None or not kernel.alive  # nothing left running
 
 
@@ -203,7 +203,7 @@ def test_an_interrupt_aborts_the_session_with_its_reason(
     session = store.get_session(outcome.session_id)
     assert (session.status, session.status_reason) == (SessionStatus.ABORTED, reason)
     assert statuses(events)[-1] == ("aborted", reason)
-    kernel = runtime._kernel
+    kernel = runtime.kernels.kernel
     assert kernel is None or not kernel.alive
     again = runtime_for(store, backend, tmp_path, resume=outcome.session_id)
     assert again.run().status is SessionStatus.COMPLETED

@@ -31,4 +31,3 @@ def test_each_view_is_a_part_of_the_store(view: type) -> None:
         wanted = inspect.signature(getattr(view, name))
         has = inspect.signature(getattr(TraceStore, name))
         assert str(wanted) == str(has), (view.__name__, name)
-
