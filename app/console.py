@@ -32,6 +32,7 @@ from app.message_log import MessageLog
 from app.messages import UseAdapter
 from app.screens.main import MainScreen
 from app.themes import load_themes
+from app.widgets.trace_tree import TraceTree
 
 log = logging.getLogger(__name__)
 
@@ -334,7 +335,7 @@ class ConsoleApp(App[None]):
         self.set_keymap({k: v for k, v in self.settings.keys.items() if k in known})
 
     def action_refresh(self) -> None:
-        self.main.load_sessions()
+        self.main.query_one(TraceTree).load_sessions()
 
     # -- notifications and the message log --------------------------------------------------
 

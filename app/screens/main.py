@@ -1,14 +1,14 @@
 """The main screen: the trace tree, the selected block and its candidates, the inspector,
-the chat with the agent, and the status bar; the live session is driven from here.
+the chat with the agent, and the status bar; the operator's keys.
 
-Store reads run in thread workers; a live session's runtime runs in a thread worker and
-posts its events to this screen as messages (`app.messages`), handled here one kind at a
-time; the blocks that arrive together are added to the tree as one batch.
+Store reads run in thread workers. The operator's live session is driven through
+`LiveControl` (`app.live_control`) and shown by `LiveFeed` (`app.widgets.live_feed`),
+which runs it in its thread worker and takes its messages; labels go through the shared
+`Labeller` (`app.labelling`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -18,35 +18,19 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Tree
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
-from agents.events import (
-    AgentMessage,
-    EvaluationRecorded,
-    NodeChanged,
-    RuntimeEvent,
-    SamplingProgress,
-    SessionStarted,
-    StatusChanged,
-    StepWaiting,
-)
-from agents.safe_text import escape_controls
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
 from app.job_watch import JobWatch, ending_note, status_line
 from app.labelling import Given, Labeller
 from app.live_control import LiveControl
-from app.messages import (
-    ApprovalRequested,
-    LiveEvent,
-)
-from app.screens.asking import Asking
 from app.shared import report_failure, workbench
 from app.widgets.block_view import BlockView, Candidates
 from app.widgets.chat import ChatInput, ChatLog
 from app.widgets.inspector import Inspector
+from app.widgets.live_feed import LiveFeed
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import (
     BlockEntry,
@@ -57,26 +41,19 @@ from app.widgets.trace_tree import (
     TraceTree,
 )
 from storage import (
-    EvaluationKind,
     EvaluationResult,
     Label,
     LabelValue,
     Node,
-    Session,
-    SessionStatus,
-    with_status_reason,
 )
 
 if TYPE_CHECKING:
     from agents.memory import Hit
-    from agents.runtime import Outcome
     from agents.tasks import Task
     from agents.workbench import Workbench
     from app.live import LiveSession
     from storage import TraceStore
 
-#: How often the status bar checks whether a live agent has gone quiet (seconds).
-WORKING_EVERY = 0.25
 #: How often the status bar's training job is read (seconds).
 JOBS_EVERY = 1.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
@@ -103,14 +80,9 @@ class MainScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self._control: LiveControl | None = None
-        #: the live session's approval requests: asked, set aside or waiting
-        self.asking = Asking(self)
         self.inspected: tuple[int, int] | None = None
-        self._working: Timer | None = None
-        #: what a live session reported that the tree shows, since it was last updated
-        self._arrived: list[Node] = []
-        self._evaluated: list[tuple[int, int]] = []
-        self._tree_update_queued = False
+        #: the live session, shown (it runs in the feed's worker)
+        self.feed = LiveFeed(self)
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
@@ -165,6 +137,7 @@ class MainScreen(Screen[None]):
                 id="chat-input",
             )
         yield StatusBar(id="status-bar")
+        yield self.feed
         yield Footer()
 
     def on_mount(self) -> None:
@@ -181,8 +154,7 @@ class MainScreen(Screen[None]):
 
     def store_opened(self) -> None:
         """The store is open (the console opens it after the first frame): read it."""
-        self.query_one(TraceTree).loading = False
-        self.load_sessions()
+        self.query_one(TraceTree).load(self.store)
         self.set_interval(JOBS_EVERY, self.load_jobs)
         self.load_jobs()
 
@@ -198,24 +170,7 @@ class MainScreen(Screen[None]):
         if found:
             found.first().show_model(self.bench, loading)
 
-    # -- reading the store -------------------------------------------------------------
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="sessions")
-    def load_sessions(self) -> None:
-        sessions = self.store.list_sessions(limit=1000)
-        self.app.call_from_thread(self.query_one(TraceTree).show_sessions, sessions)
-
-    @on(Tree.NodeExpanded)
-    def expand_session(self, event: Tree.NodeExpanded[Entry]) -> None:
-        entry = event.node.data
-        tree = self.query_one(TraceTree)
-        if isinstance(entry, SessionEntry) and entry.session.id not in tree.traces:
-            self.load_trace(entry.session)
-
-    @work(thread=True, exit_on_error=False, group="trace")
-    def load_trace(self, session: Session) -> None:
-        trace = SessionTrace.read(self.store, session)
-        self.app.call_from_thread(self.query_one(TraceTree).show_trace, trace)
+    # -- the selection ---------------------------------------------------------------------
 
     @on(Tree.NodeHighlighted)
     def show_entry(self, event: Tree.NodeHighlighted[Entry]) -> None:
@@ -290,7 +245,7 @@ class MainScreen(Screen[None]):
 
     def start_session(self, task: Task) -> None:
         try:
-            options = self.control.start(task, target=self)
+            options = self.control.start(task, target=self.feed)
         except RuntimeError as exc:
             self.notify(str(exc), severity="warning", markup=False)
             return
@@ -301,8 +256,7 @@ class MainScreen(Screen[None]):
         status.policy = options.approval
         status.session = "starting a session…"
         status.mode = live.mode
-        self.run_session(live)
-        self._working = self.set_interval(WORKING_EVERY, self.show_working)
+        self.feed.run(live)
         self.refresh_bindings()
 
     def forget_selection(self) -> None:
@@ -312,160 +266,10 @@ class MainScreen(Screen[None]):
         self.query_one(Inspector).show_tick(None, [], [])
         self.inspected = None
 
-    @work(thread=True, exit_on_error=False, group="session")
-    def run_session(self, live: LiveSession) -> Outcome | None:
-        return live.run(self.bench.sessions)
-
-    # -- what the live session reports (messages from its thread) ---------------------------
-
-    @on(LiveEvent)
-    def heard_from_agent(self, message: LiveEvent) -> None:
-        """What the agent reported, shown; then the session's line in the tree (from its
-        first event), and the status bar's working count starts again."""
-        match event := message.event:
-            case SessionStarted():
-                self.query_one(ChatLog).say("console", event.text, style="dim")
-            case NodeChanged():
-                self._arrived.append(event.node)
-                self._update_tree_later()
-            case StatusChanged():
-                self.session_status(event.session_id, event.status.value, event.reason)
-            case AgentMessage():
-                self.query_one(ChatLog).say("agent", event.text, style="green")
-            case EvaluationRecorded():
-                if event.kind is EvaluationKind.CALLBACK:
-                    tree = self.query_one(TraceTree)
-                    tree.set_evaluation(event.session_id, event.node_id, event)
-                self._evaluated.append((event.session_id, event.node_id))
-                self._update_tree_later()
-            case StepWaiting():
-                self.query_one(StatusBar).mode = f"step: next {event.upcoming} (s)"
-            case SamplingProgress():
-                tail = escape_controls(" ".join(event.text.split()))[-60:]
-                self.query_one(StatusBar).activity = (
-                    f"writing {event.block} ({event.candidates} candidates, "
-                    f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"
-                )
-        if event.session_id and event.session_id not in self.query_one(TraceTree).traces:
-            self.open_live_session(event.session_id)
-        self._heard(event)
-
-    def on_approval_requested(self, message: ApprovalRequested) -> None:
-        self._heard(None)
-        self.asking.arrived(message.request)
-
-    def _heard(self, event: RuntimeEvent | None) -> None:
-        """The agent reported `event` (None: it asks for approval)."""
-        status = self.query_one(StatusBar)
-        waiting = isinstance(event, StepWaiting)
-        self.control.heard(waiting=waiting)
-        if not isinstance(event, SamplingProgress):
-            status.activity = ""
-        if not waiting and self.live is not None:
-            status.mode = self.mode_line()
-
-    def show_working(self) -> None:
-        """While the agent works on a block (the model sampling, an action running) and
-        nothing has arrived for a while, the status bar counts the seconds."""
-        line = self.control.working_line(self.asking.busy)
-        if line is not None:
-            self.query_one(StatusBar).mode = line
-
-    def _update_tree_later(self) -> None:
-        """Once the messages already queued are handled: a burst of blocks (a block's
-        candidates, say) is one tree update, not one per block."""
-        if not self._tree_update_queued:
-            self._tree_update_queued = True
-            self.call_later(self.update_tree)
-
-    def update_tree(self) -> None:
-        """The blocks and evaluation marks that arrived, into the tree; the selected
-        block and the inspected tick shown again if they changed."""
-        self._tree_update_queued = False
-        arrived, self._arrived = self._arrived, []
-        evaluated, self._evaluated = self._evaluated, []
-        tree = self.query_one(TraceTree)
-        nodes, touched = tree.add_arrivals(arrived, evaluated)
-        if self.inspected in touched:
-            session_id, tick = self.inspected
-            self.inspect(tree.traces[session_id], tick, force=True)
-        if nodes and tree.cursor_node is not None:
-            entry = tree.cursor_node.data
-            if isinstance(entry, BlockEntry) and entry.node.session_id in nodes:
-                self.show_selected(entry)
-
-    def open_live_session(self, session_id: int) -> None:
-        tree = self.query_one(TraceTree)
-        session = self.store.get_session(session_id)
-        node = tree.add_session(session, first=True)
-        tree.show_trace(SessionTrace(session))
-        node.expand()
-        if self.live is not None and self.live.session_id == session_id:
-            tree.move_cursor(node, animate=False)  # the operator's new session, in view
-        self.query_one(StatusBar).session = f"session {session_id}"
-
-    def session_status(self, session_id: int, status: str, reason: str | None = None) -> None:
-        tree = self.query_one(TraceTree)
-        trace = tree.traces.get(session_id)
-        if trace is not None:
-            # as the store keeps it (`TraceStore.set_session_status`)
-            settings = with_status_reason(trace.session.settings, reason or "")
-            tree.update_session(
-                dataclasses.replace(trace.session, status=SessionStatus(status), settings=settings)
-            )
-            cursor = tree.cursor_node
-            if cursor is not None and cursor is tree.session_nodes.get(session_id):
-                self.show_selected(cursor.data)  # its summary in view says the new status
-        self.query_one(StatusBar).session = f"session {session_id} {status}"
-
-    # -- approval requests (`Asking` shows them; these are what it asks of the screen) ------
-
-    @property
-    def paused(self) -> bool:
-        return self.control.paused
-
-    def decision_pending(self, note: str) -> None:
-        self.control.pending_note = note
-        self._show_mode()
-        self.refresh_bindings()
-
-    def decided(self, *, stop: bool) -> None:
-        self.control.heard(waiting=False)  # the agent works again from now
-        self._show_mode()
-        if stop:
-            self.action_stop()
-        self.refresh_bindings()
-
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
         # Worker.StateChanged does not bubble: the app's reporter sees only its own workers.
         report_failure(self, event)
-
-    @on(Worker.StateChanged)
-    def session_ended(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "session" or not event.worker.is_finished:
-            return
-        self.control.ended()
-        if self._working is not None:
-            self._working.stop()
-            self._working = None
-        self.update_tree()  # the session's last messages came before this one
-        self.asking.close()
-        status = self.query_one(StatusBar)
-        status.mode = status.activity = ""
-        outcome = event.worker.result if event.state is WorkerState.SUCCESS else None
-        if outcome is not None:
-            status.session = f"session {outcome.session_id} {outcome.status.value}"
-            self.query_one(ChatLog).say("session", outcome.message, style="dim")
-            self.notify(
-                f"session {outcome.session_id} {outcome.status.value}: {outcome.message}",
-                severity="information" if outcome.status is SessionStatus.COMPLETED else "warning",
-                markup=False,
-                timeout=8,
-            )
-        else:
-            status.session = "session failed"
-        self.refresh_bindings()
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -483,7 +287,7 @@ class MainScreen(Screen[None]):
         if action == "similar":
             return self._selected_label() is not None
         if action == "decide":
-            return self.asking.can_take_up
+            return self.feed.asking.can_take_up
         if action == "compare":
             if self.bench.backend is None:
                 return False  # no model, no comparison: off the footer
@@ -504,34 +308,26 @@ class MainScreen(Screen[None]):
         if armed:
             self.query_one(StatusBar).mode = f"next session steps by {unit}"
             return
-        self._show_mode()
-        self.asking.next()
+        self.feed.show_mode()
+        self.feed.asking.next()
 
     def action_run(self) -> None:
         self.control.run_freely()
-        self._show_mode()
-        self.asking.next()
+        self.feed.show_mode()
+        self.feed.asking.next()
 
     def action_pause(self) -> None:
         self.control.toggle_pause()
-        self._show_mode()
-        self.asking.next()  # resumed: a proposal the pause held is asked now
+        self.feed.show_mode()
+        self.feed.asking.next()  # resumed: a proposal the pause held is asked now
 
     def action_decide(self) -> None:
-        if not self.asking.take_up():
+        if not self.feed.asking.take_up():
             self.notify("no action waits for a decision", markup=False)
 
     def action_stop(self) -> None:
         if self.control.stop():
             self.notify("stopping the session…", markup=False)
-
-    def _show_mode(self) -> None:
-        self.control.heard(waiting=False)
-        self.query_one(StatusBar).mode = self.mode_line()
-
-    def mode_line(self) -> str:
-        """The live session's mode, and a decision that waits off screen, if one does."""
-        return self.control.mode_line(self.asking.can_take_up)
 
     def action_chat(self) -> None:
         self.query_one("#chat-input", Input).focus()
@@ -684,25 +480,4 @@ class MainScreen(Screen[None]):
     def reveal(self, session_id: int, node_id: int) -> None:
         """Select block `node_id` in the tree (so the block view and inspector show it),
         opening its session, tick group and tick; the session is read first if needed."""
-        tree = self.query_one(TraceTree)
-        trace = tree.traces.get(session_id)
-        # A trace read before the block was written (a batch or another console is still
-        # adding to the session) is read again.
-        if trace is not None and node_id in trace.nodes and session_id in tree.session_nodes:
-            self.select_block(session_id, node_id)
-        else:
-            self.load_for_reveal(session_id, node_id, session_id not in tree.session_nodes)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="reveal",
-          name="opening the session")  # fmt: skip
-    def load_for_reveal(self, session_id: int, node_id: int, listed: bool) -> None:
-        trace = SessionTrace.read(self.store, self.store.get_session(session_id))
-        self.app.call_from_thread(self.show_for_reveal, trace, node_id, listed)
-
-    def show_for_reveal(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
-        self.query_one(TraceTree).show_revealed(trace, node_id, listed)
-        self.select_block(trace.session.id, node_id)
-
-    def select_block(self, session_id: int, node_id: int) -> None:
-        if not self.query_one(TraceTree).select_block(session_id, node_id):
-            self.notify(f"block #{node_id} is not in the store", severity="warning")
+        self.query_one(TraceTree).reveal(session_id, node_id)

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import on, work
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
+from textual.worker import Worker
 
 from agents.safe_text import escape_controls
 from app.actions import TREE_ACTIONS, bindings
+from app.shared import report_failure
 from storage import (
     CheckCounts,
     Checked,
@@ -200,6 +203,33 @@ class TraceTree(Tree[Entry]):
         self.traces: dict[int, SessionTrace] = {}
         self.session_nodes: dict[int, TraceNode] = {}
         self.error_colour = "red"
+        #: what the tree reads its sessions from, once the store is open (`load`)
+        self.store: Review | None = None
+
+    # -- reading the store (thread workers) ----------------------------------------------
+
+    def load(self, store: Review) -> None:
+        """The store is open: list its sessions (a session's blocks are read when it is
+        first expanded)."""
+        self.store = store
+        self.loading = False
+        self.load_sessions()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sessions")
+    def load_sessions(self) -> None:
+        assert self.store is not None
+        sessions = self.store.list_sessions(limit=1000)
+        self.app.call_from_thread(self.show_sessions, sessions)
+
+    @work(thread=True, exit_on_error=False, group="trace")
+    def load_trace(self, session: Session) -> None:
+        assert self.store is not None
+        self.app.call_from_thread(self.show_trace, SessionTrace.read(self.store, session))
+
+    @on(Worker.StateChanged)
+    def report_failure(self, event: Worker.StateChanged) -> None:
+        # Worker.StateChanged does not bubble: the app's reporter sees only its own workers.
+        report_failure(self, event)
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -449,6 +479,32 @@ class TraceTree(Tree[Entry]):
 
     # -- jumping to a block ----------------------------------------------------------------
 
+    def reveal(self, session_id: int, node_id: int) -> None:
+        """Select block `node_id` (so the block view and inspector show it), opening its
+        session, tick group and tick; the session is read first if needed."""
+        trace = self.traces.get(session_id)
+        # A trace read before the block was written (a batch or another console is still
+        # adding to the session) is read again.
+        if trace is not None and node_id in trace.nodes and session_id in self.session_nodes:
+            self._select_or_say(session_id, node_id)
+        else:
+            self.load_for_reveal(session_id, node_id, session_id not in self.session_nodes)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reveal",
+          name="opening the session")  # fmt: skip
+    def load_for_reveal(self, session_id: int, node_id: int, listed: bool) -> None:
+        assert self.store is not None
+        trace = SessionTrace.read(self.store, self.store.get_session(session_id))
+        self.app.call_from_thread(self._show_for_reveal, trace, node_id, listed)
+
+    def _show_for_reveal(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
+        self.show_revealed(trace, node_id, listed)
+        self._select_or_say(trace.session.id, node_id)
+
+    def _select_or_say(self, session_id: int, node_id: int) -> None:
+        if not self.select_block(session_id, node_id):
+            self.notify(f"block #{node_id} is not in the store", severity="warning")
+
     def show_revealed(self, trace: SessionTrace, node_id: int, listed: bool) -> None:
         """A session read to reveal block `node_id`, into the tree: its line added
         (`listed`: it was older than the sessions listed) or brought up to date, and its
@@ -527,7 +583,10 @@ class TraceTree(Tree[Entry]):
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[Entry]) -> None:
         entry = event.node.data
-        if isinstance(entry, TickEntry):
+        if isinstance(entry, SessionEntry):
+            if entry.session.id not in self.traces and self.store is not None:
+                self.load_trace(entry.session)
+        elif isinstance(entry, TickEntry):
             trace = self.traces.get(entry.session_id)
             if trace is not None and entry.tick not in trace.filled:
                 self.fill_tick(trace, entry.tick)
