@@ -36,12 +36,10 @@ from app.widgets.trace_tree import (
     BlockEntry,
     Entry,
     SessionEntry,
-    SessionTrace,
     TickEntry,
     TraceTree,
 )
 from storage import (
-    EvaluationResult,
     Label,
     LabelValue,
     Node,
@@ -80,7 +78,6 @@ class MainScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self._control: LiveControl | None = None
-        self.inspected: tuple[int, int] | None = None
         #: the live session, shown (it runs in the feed's worker)
         self.feed = LiveFeed(self)
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
@@ -155,6 +152,7 @@ class MainScreen(Screen[None]):
     def store_opened(self) -> None:
         """The store is open (the console opens it after the first frame): read it."""
         self.query_one(TraceTree).load(self.store)
+        self.query_one(Inspector).store = self.store
         self.set_interval(JOBS_EVERY, self.load_jobs)
         self.load_jobs()
 
@@ -191,37 +189,17 @@ class MainScreen(Screen[None]):
             node = trace.nodes.get(entry.node.id, entry.node)
             view.show(node, trace.labels.get(node.id))
             candidates.show(node, trace.candidates(node))
-            self.inspect(trace, node.tick)
+            self.query_one(Inspector).inspect(trace, node.tick)
         elif isinstance(entry, TickEntry) and trace is not None:
             view.update(Text(f"tick {entry.tick}: select one of its blocks", style="dim"))
             candidates.show(None, [])
-            self.inspect(trace, entry.tick)
+            self.query_one(Inspector).inspect(trace, entry.tick)
         elif isinstance(entry, SessionEntry):
             view.show_session(entry.session)
             candidates.show(None, [])
-            self.inspected = None
-            self.query_one(Inspector).show_tick(None, [], [])
+            self.query_one(Inspector).clear()
         else:
             view.show(None)
-
-    def inspect(self, trace: SessionTrace, tick: int, *, force: bool = False) -> None:
-        key = (trace.session.id, tick)
-        if key == self.inspected and not force:
-            return
-        self.inspected = key
-        self.load_inspector(trace.session.id, tick, trace.tick_blocks(tick))
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspector")
-    def load_inspector(self, session_id: int, tick: int, blocks: list[Node]) -> None:
-        evaluations = self.store.evaluations_for([n.id for n in blocks])
-        self.app.call_from_thread(self.show_inspector, (session_id, tick), blocks, evaluations)
-
-    def show_inspector(
-        self, key: tuple[int, int], blocks: list[Node], evaluations: list[EvaluationResult]
-    ) -> None:
-        if key == self.inspected:
-            error = self.app.current_theme.error or "red"
-            self.query_one(Inspector).show_tick(key[1], blocks, evaluations, error)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="jobs")
     def load_jobs(self) -> None:
@@ -263,8 +241,7 @@ class MainScreen(Screen[None]):
         """The block view, its candidates and the inspector back to empty."""
         self.query_one(BlockView).show(None)
         self.query_one(Candidates).show(None, [])
-        self.query_one(Inspector).show_tick(None, [], [])
-        self.inspected = None
+        self.query_one(Inspector).clear()
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
@@ -399,21 +376,11 @@ class MainScreen(Screen[None]):
     # -- labels on the main screen ---------------------------------------------------------
 
     def _selected_block(self) -> Node | None:
-        try:
-            tree = self.query_one(TraceTree)
-        except Exception:
-            return None
-        node = tree.cursor_node
-        if node is not None and isinstance(node.data, BlockEntry):
-            return node.data.node
-        return None
+        found = self.query(TraceTree)
+        return found.first().selected_block() if found else None
 
     def _selected_label(self) -> Label | None:
-        node = self._selected_block()
-        if node is None:
-            return None
-        trace = self.query_one(TraceTree).traces.get(node.session_id)
-        return trace.labels.get(node.id) if trace is not None else None
+        return self.query_one(TraceTree).selected_label()
 
     def action_label_good(self) -> None:
         self._label(LabelValue.GOOD)
@@ -429,19 +396,8 @@ class MainScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="labels")
     def write_label(self, node: Node, value: LabelValue) -> None:
         given = self.labeller.write(node.id, value, None)
-        labels = self.store.session_labels(node.session_id)
-        self.app.call_from_thread(self.labelled, node, labels, given)
-
-    def labelled(
-        self, node: Node, labels: dict[int, Label], given: Given[None] | None = None
-    ) -> None:
-        if given is not None:
-            self.labeller.record(given)
-        tree = self.query_one(TraceTree)
-        tree.set_labels(node.session_id, labels)
-        if tree.cursor_node is not None:
-            self.show_selected(tree.cursor_node.data)
-        self.footer_for_selection(force=True)
+        read = {node.session_id: self.store.session_labels(node.session_id)}
+        self.app.call_from_thread(self.show_labels, read, given)
 
     def action_undo_label(self) -> None:
         given = self.labeller.last
@@ -454,9 +410,9 @@ class MainScreen(Screen[None]):
         warning = self.labeller.take_back(given)
         if warning is not None:
             self.app.call_from_thread(self.notify, warning, severity="warning", markup=False)
-        node = self.store.get_node(given.label.node_id)
-        labels = self.store.session_labels(node.session_id)
-        self.app.call_from_thread(self.labelled, node, labels)
+        session_id = self.store.get_node(given.label.node_id).session_id
+        read = {session_id: self.store.session_labels(session_id)}
+        self.app.call_from_thread(self.show_labels, read)
 
     def labels_changed(self, _: object = None) -> None:
         """Labels were given elsewhere (the labelling screen): read back the open sessions'."""
@@ -467,13 +423,19 @@ class MainScreen(Screen[None]):
         read = {session_id: self.store.session_labels(session_id) for session_id in session_ids}
         self.app.call_from_thread(self.show_labels, read)
 
-    def show_labels(self, read: dict[int, dict[int, Label]]) -> None:
+    def show_labels(
+        self, read: dict[int, dict[int, Label]], given: Given[None] | None = None
+    ) -> None:
+        """Labels read back, into the tree and the block view (`given`: the label given
+        here that they follow, for `u`)."""
+        if given is not None:
+            self.labeller.record(given)
         tree = self.query_one(TraceTree)
         for session_id, labels in read.items():
             tree.set_labels(session_id, labels)
         if tree.cursor_node is not None:
             self.show_selected(tree.cursor_node.data)
-        self.footer_for_selection()
+        self.footer_for_selection(force=True)
 
     # -- jumping to a block ----------------------------------------------------------------
 

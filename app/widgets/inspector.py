@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
 from textual.widgets import Static
+from textual.worker import Worker
 
 from agents.safe_text import escape_controls
 from storage import (
@@ -24,7 +26,10 @@ from storage import (
 )
 
 from .results import capped_lines, preview, readable
-from .trace_tree import LOSING
+from .trace_tree import LOSING, SessionTrace
+
+if TYPE_CHECKING:
+    from storage.views import Trees
 
 VALUE_CHARS = 80
 EMPTY = "The selected tick's expectation, evaluations and observations show here."
@@ -40,6 +45,47 @@ def short(value: Any) -> str:
 
 
 class Inspector(Static):
+    """The selected tick: its expectation, its checks and the evaluator's questions, with
+    their evaluations read from the store (from a thread worker)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        #: the (session, tick) shown or being read; None: nothing
+        self.showing: tuple[int, int] | None = None
+        #: what the evaluations are read from, once the store is open
+        self.store: Trees | None = None
+
+    def inspect(self, trace: SessionTrace, tick: int, *, force: bool = False) -> None:
+        """Show `tick` of `trace` (again with `force`: its blocks or checks changed)."""
+        key = (trace.session.id, tick)
+        if key == self.showing and not force:
+            return
+        self.showing = key
+        self.load_inspector(key, trace.tick_blocks(tick))
+
+    def clear(self) -> None:
+        self.showing = None
+        self.show_tick(None, [], [])
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="inspector")
+    def load_inspector(self, key: tuple[int, int], blocks: list[Node]) -> None:
+        if self.store is None:
+            return
+        evaluations = self.store.evaluations_for([n.id for n in blocks])
+        self.app.call_from_thread(self._read, key, blocks, evaluations)
+
+    def _read(
+        self, key: tuple[int, int], blocks: list[Node], evaluations: list[EvaluationResult]
+    ) -> None:
+        if key == self.showing:
+            self.show_tick(key[1], blocks, evaluations, self.app.current_theme.error or "red")
+
+    @on(Worker.StateChanged)
+    def report_failure(self, event: Worker.StateChanged) -> None:
+        from app.shared import report_failure
+
+        report_failure(self, event)
+
     def show_tick(
         self,
         tick: int | None,

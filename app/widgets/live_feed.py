@@ -33,6 +33,7 @@ from app.messages import ApprovalRequested, LiveEvent
 from app.screens.asking import Asking
 from app.shared import report_failure
 from app.widgets.chat import ChatLog
+from app.widgets.inspector import Inspector
 from app.widgets.status_bar import StatusBar
 from app.widgets.trace_tree import BlockEntry, Entry, SessionTrace, TraceTree
 from storage import EvaluationKind, Node, SessionStatus, with_status_reason
@@ -52,15 +53,11 @@ WORKING_EVERY = 0.25
 class FeedOwner(Protocol):
     """What the feed needs of the screen it shows the session on."""
 
-    inspected: tuple[int, int] | None
-
     @property
     def control(self) -> LiveControl: ...
 
     @property
     def store(self) -> TraceStore: ...
-
-    def inspect(self, trace: SessionTrace, tick: int, *, force: bool = False) -> None: ...
 
     def show_selected(self, entry: Entry) -> None: ...
 
@@ -169,10 +166,10 @@ class LiveFeed(Widget):
         evaluated, self._evaluated = self._evaluated, []
         tree = self.screen.query_one(TraceTree)
         nodes, touched = tree.add_arrivals(arrived, evaluated)
-        inspected = self.owner.inspected
-        if inspected is not None and inspected in touched:
-            session_id, tick = inspected
-            self.owner.inspect(tree.traces[session_id], tick, force=True)
+        inspector = self.screen.query_one(Inspector)
+        if inspector.showing is not None and inspector.showing in touched:
+            session_id, tick = inspector.showing
+            inspector.inspect(tree.traces[session_id], tick, force=True)
         if nodes and tree.cursor_node is not None:
             entry = tree.cursor_node.data
             if isinstance(entry, BlockEntry) and entry.node.session_id in nodes:

@@ -566,6 +566,19 @@ class TraceTree(Tree[Entry]):
             trace.evaluations[node_id] = counts
         self.refresh_block(trace, node_id)
 
+    def selected_block(self) -> Node | None:
+        """The block under the cursor, if the cursor is on a block."""
+        node = self.cursor_node
+        if node is not None and isinstance(node.data, BlockEntry):
+            return node.data.node
+        return None
+
+    def selected_label(self) -> Label | None:
+        """The label in effect on the block under the cursor, if it has one."""
+        node = self.selected_block()
+        trace = self.traces.get(node.session_id) if node is not None else None
+        return trace.labels.get(node.id) if node is not None and trace is not None else None
+
     def find_block(self, node_id: int) -> TraceNode | None:
         for trace in self.traces.values():
             if node_id in trace.tree_blocks:
