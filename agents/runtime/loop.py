@@ -94,7 +94,7 @@ class Runtime:
         self.action = GateSteps(
             self.state, self.control, self.recorder, self.sampler, self.kernels, self.gate
         )
-        self.memory = MemoryRecall(self.state, self.control, self.recorder, memory)
+        self.recall = MemoryRecall(self.state, self.control, self.recorder, memory)
         self.ticks = TickSteps(
             self.state,
             self.control,
@@ -102,7 +102,7 @@ class Runtime:
             self.sampler,
             self.kernels,
             self.action,
-            self.memory,
+            self.recall,
         )
 
     # -- what callers read ------------------------------------------------------------------
@@ -138,6 +138,15 @@ class Runtime:
     @property
     def workdir(self) -> Path:
         return self.state.workdir
+
+    @property
+    def memory(self) -> Memory | None:
+        """The retrieval memory the session recalls from (None: off, or not loaded yet)."""
+        return self.recall.memory
+
+    @memory.setter
+    def memory(self, memory: Memory | None) -> None:
+        self.recall.memory = memory
 
     @property
     def listener(self) -> Listener | None:
@@ -216,7 +225,7 @@ class Runtime:
                 self.kernels.kernel.close()
             self.recorder.set_status(status, reason)
             if status is not SessionStatus.ABORTED:  # index this session for the next ones
-                self.memory.sync(MEMORY_SYNC_SECONDS)
+                self.recall.sync(MEMORY_SYNC_SECONDS)
         message = (
             self.state.finish_message or self.state.last_message or self._summary(status, reason)
         )
