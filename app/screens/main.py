@@ -26,6 +26,7 @@ from app.commands import Command, ScreenCommands
 from app.job_watch import JobWatch, ending_note, status_line
 from app.labelling import Given, Labeller
 from app.live_control import LiveControl
+from app.screens.asking import Asking
 from app.shared import report_failure, workbench
 from app.widgets.block_view import BlockView, Candidates
 from app.widgets.chat import ChatInput, ChatLog
@@ -80,6 +81,8 @@ class MainScreen(Screen[None]):
         self._control: LiveControl | None = None
         #: the live session, shown (it runs in the feed's worker)
         self.feed = LiveFeed(self)
+        #: the live session's approval requests: asked, set aside or waiting
+        self.asking = Asking(self)
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
@@ -248,6 +251,24 @@ class MainScreen(Screen[None]):
         # Worker.StateChanged does not bubble: the app's reporter sees only its own workers.
         report_failure(self, event)
 
+    # -- approval requests (the feed hands them over; `Asking` shows them) -----------------
+
+    @property
+    def paused(self) -> bool:
+        return self.control.paused
+
+    def decision_pending(self, note: str) -> None:
+        self.control.pending_note = note
+        self.feed.show_mode()
+        self.refresh_bindings()
+
+    def decided(self, *, stop: bool) -> None:
+        self.control.heard(waiting=False)  # the agent works again from now
+        self.feed.show_mode()
+        if stop:
+            self.action_stop()
+        self.refresh_bindings()
+
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -264,7 +285,7 @@ class MainScreen(Screen[None]):
         if action == "similar":
             return self._selected_label() is not None
         if action == "decide":
-            return self.feed.asking.can_take_up
+            return self.asking.can_take_up
         if action == "compare":
             if self.bench.backend is None:
                 return False  # no model, no comparison: off the footer
@@ -286,20 +307,20 @@ class MainScreen(Screen[None]):
             self.query_one(StatusBar).mode = f"next session steps by {unit}"
             return
         self.feed.show_mode()
-        self.feed.asking.next()
+        self.asking.next()
 
     def action_run(self) -> None:
         self.control.run_freely()
         self.feed.show_mode()
-        self.feed.asking.next()
+        self.asking.next()
 
     def action_pause(self) -> None:
         self.control.toggle_pause()
         self.feed.show_mode()
-        self.feed.asking.next()  # resumed: a proposal the pause held is asked now
+        self.asking.next()  # resumed: a proposal the pause held is asked now
 
     def action_decide(self) -> None:
-        if not self.feed.asking.take_up():
+        if not self.asking.take_up():
             self.notify("no action waits for a decision", markup=False)
 
     def action_stop(self) -> None:

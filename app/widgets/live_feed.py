@@ -5,8 +5,8 @@ Each runtime event updates what shows it: the session's line and blocks in the t
 burst of blocks as one update), its status on its line and in the status bar, the agent's
 words and the session's first line in the chat, step mode and sampling progress in the
 status bar, and the count of seconds while the agent works with nothing to show. Its
-approval requests go to `Asking`, which shows them one at a time. The screen keeps the
-keys and the selection (`FeedOwner`).
+approval requests go to the screen, whose `Asking` shows them one at a time. The screen
+keeps the keys, the selection and the requests (`FeedOwner`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from agents.events import (
 )
 from agents.safe_text import escape_controls
 from app.messages import ApprovalRequested, LiveEvent
-from app.screens.asking import Asking
 from app.shared import report_failure
 from app.widgets.chat import ChatLog
 from app.widgets.inspector import Inspector
@@ -41,6 +40,7 @@ from storage import EvaluationKind, Node, SessionStatus, with_status_reason
 if TYPE_CHECKING:
     from textual.timer import Timer
 
+    from agents.approval import ApprovalRequest
     from agents.runtime import Outcome
     from app.live import LiveSession
     from app.live_control import LiveControl
@@ -53,6 +53,8 @@ WORKING_EVERY = 0.25
 class FeedOwner(Protocol):
     """What the feed needs of the screen it shows the session on."""
 
+    asking: Requests
+
     @property
     def control(self) -> LiveControl: ...
 
@@ -63,7 +65,19 @@ class FeedOwner(Protocol):
 
     def refresh_bindings(self) -> None: ...
 
-    def action_stop(self) -> None: ...
+
+class Requests(Protocol):
+    """The screen's approval requests (`app.screens.asking.Asking`), as the feed uses them."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def can_take_up(self) -> bool: ...
+
+    def arrived(self, request: ApprovalRequest) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LiveFeed(Widget):
@@ -72,8 +86,6 @@ class LiveFeed(Widget):
     def __init__(self, owner: FeedOwner) -> None:
         super().__init__(id="live-feed")
         self.owner = owner
-        #: the live session's approval requests: asked, set aside or waiting
-        self.asking = Asking(self)
         self._working: Timer | None = None
         #: what a live session reported that the tree shows, since it was last updated
         self._arrived: list[Node] = []
@@ -132,7 +144,7 @@ class LiveFeed(Widget):
 
     def on_approval_requested(self, message: ApprovalRequested) -> None:
         self._heard(None)
-        self.asking.arrived(message.request)
+        self.owner.asking.arrived(message.request)
 
     def _heard(self, event: RuntimeEvent | None) -> None:
         """The agent reported `event` (None: it asks for approval)."""
@@ -147,7 +159,7 @@ class LiveFeed(Widget):
     def show_working(self) -> None:
         """While the agent works on a block (the model sampling, an action running) and
         nothing has arrived for a while, the status bar counts the seconds."""
-        line = self.control.working_line(self.asking.busy)
+        line = self.control.working_line(self.owner.asking.busy)
         if line is not None:
             self.screen.query_one(StatusBar).mode = line
 
@@ -208,25 +220,7 @@ class LiveFeed(Widget):
 
     def mode_line(self) -> str:
         """The live session's mode, and a decision that waits off screen, if one does."""
-        return self.control.mode_line(self.asking.can_take_up)
-
-    # -- approval requests (`Asking` shows them; these are what it asks of the feed) -----
-
-    @property
-    def paused(self) -> bool:
-        return self.control.paused
-
-    def decision_pending(self, note: str) -> None:
-        self.control.pending_note = note
-        self.show_mode()
-        self.owner.refresh_bindings()
-
-    def decided(self, *, stop: bool) -> None:
-        self.control.heard(waiting=False)  # the agent works again from now
-        self.show_mode()
-        if stop:
-            self.owner.action_stop()
-        self.owner.refresh_bindings()
+        return self.control.mode_line(self.owner.asking.can_take_up)
 
     # -- the session's worker -------------------------------------------------------------
 
@@ -244,7 +238,8 @@ class LiveFeed(Widget):
             self._working.stop()
             self._working = None
         self.update_tree()  # the session's last messages came before this one
-        self.asking.close()
+        self.owner.asking.close()
+        self.owner.refresh_bindings()
         status = self.screen.query_one(StatusBar)
         status.mode = status.activity = ""
         outcome = event.worker.result if event.state is WorkerState.SUCCESS else None
@@ -259,4 +254,3 @@ class LiveFeed(Widget):
             )
         else:
             status.session = "session failed"
-        self.owner.refresh_bindings()
