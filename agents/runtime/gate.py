@@ -58,6 +58,9 @@ class TickState:
     failed_attempts: int = 0
     action: Attempt | None = None
     evaluations: list[str] = field(default_factory=list)
+    #: the model kept its answer: every candidate of the action, drawn hotter too, wrote
+    #: the files as they already were (the tick and the session end there)
+    kept: bool = False
 
 
 class GateSteps:
@@ -108,6 +111,11 @@ class GateSteps:
             error = forms.error_report(result.error or "the action failed")
             missed = f"action #{chosen.id} failed: {last_line(error)}"
             self.recorder.runtime_block(blocks.ERROR, error, tick_state.tick)
+            if chosen.meta.get("copy") and forms.NO_CHANGE in (result.error or ""):
+                # Every candidate repeated what is already written, the hotter round's
+                # too: another try would say it again (the coder did, three times).
+                tick_state.kept = True
+                return
             # A script's error is its own report: the model writes the next try after it.
             if attempts < self.state.options.attempts and self.state.options.form == forms.CALLBACK:
                 self.sampler.generate(blocks.DEBUG, tick_state.tick)

@@ -326,8 +326,8 @@ class Runtime:
             for tick in range(start, start + self.options.max_ticks):
                 self.state.ticks_run = tick - start + 1
                 self.ticks.run_tick(tick)
-        except Finished:
-            return SessionStatus.COMPLETED, None
+        except Finished as exc:
+            return SessionStatus.COMPLETED, str(exc) or None
         except Truncated as exc:
             return SessionStatus.TRUNCATED, str(exc)
         return SessionStatus.TRUNCATED, f"tick limit ({self.options.max_ticks}) reached"

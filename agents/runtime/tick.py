@@ -33,7 +33,12 @@ from storage import Author, EvaluationKind, NewNode, NodeStatus
 
 class Finished(Exception):
     """The agent said it is done, or every task check passed (for a blind task: every one
-    of the model's own evaluations, after an action that ran)."""
+    of the model's own evaluations, after an action that ran), or the model kept its
+    answer (`KEPT`, the session's reason)."""
+
+
+#: Why a session ended when the model kept its answer (`TickState.kept`).
+KEPT = "the model kept its answer: its next action wrote the files as they were"
 
 
 class TickSteps:
@@ -70,6 +75,9 @@ class TickSteps:
         self.memory.recall(tick)
         self.sampler.generate(blocks.ORIENTATION, tick)
         self.action.act(state)
+        if state.kept:  # nothing new was written: nothing new to evaluate
+            self._outcome(state)
+            return
         if self.state.options.form == forms.CALLBACK:  # observation views are callbacks
             self._option(tick)
         self._evaluate(state)
@@ -251,6 +259,8 @@ class TickSteps:
         )
         if self.state.finish_message is not None:
             raise Finished
+        if state.kept:
+            raise Finished(KEPT)
         if self.state.task.blind:
             # the task's verdict is hidden: the model's own evaluations say when it is done
             own = [ok for _, ok, is_check in verdicts if not is_check]

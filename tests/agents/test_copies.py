@@ -72,3 +72,59 @@ def test_a_block_of_copies_gets_one_more_round_drawn_hotter(tmp_path: Path) -> N
     assert all(n.meta.get("copy") for n in actions[2])
     chosen = [n for n in actions[2] if n.status is not NodeStatus.ALTERNATE]
     assert len(chosen) == 1
+
+
+#: Script blocks: the action writes note.txt as it was already written, every tick; the
+#: check script fails, so each tick asks for another try.
+SCRIPT_BLOCKS = {
+    "orientation": "# Write the note again.",
+    "action": "# file: note.txt\nsame",
+    "expectation": "# note.txt says same.",
+    "evaluation": "# the note is not good enough\nraise SystemExit(1)",
+}
+
+
+def test_a_model_that_keeps_its_answer_ends_the_session(tmp_path: Path) -> None:
+    """When every candidate of an action, the hotter round's too, writes the files as
+    they already are, the model keeps its answer: the tick ends there (no evaluation, no
+    further tries) and the session completes, saying why; it does not spend its ticks
+    saying the same again."""
+    from agents.runtime.tick import KEPT
+    from storage import SessionStatus
+
+    status = sandbox_status()
+    if not status.ok:
+        pytest.skip(f"no sandbox here: {status.detail}")
+    with scripted_vllm(SCRIPT_BLOCKS) as url, TraceStore(tmp_path / "traces.db") as store:
+        backend = OpenAIBackend(url, SERVED, timeout=30)
+        try:
+            runtime, _ = make_runtime(
+                store,
+                backend,
+                tmp_path,
+                temperature=0.3,
+                candidates=2,
+                escalation=(),
+                block_tokens=400,
+                max_ticks=4,
+                attempts=3,
+                example=False,
+                constrain=False,
+                memory=False,
+                approval="auto",
+                form="script",
+            )
+            outcome = runtime.run()
+        finally:
+            backend.close()
+        nodes = store.tree(outcome.session_id)
+        session = store.get_session(outcome.session_id)
+    assert outcome.status is SessionStatus.COMPLETED and outcome.reason == KEPT
+    assert session.settings.get("status_reason") == KEPT
+    assert outcome.ticks == 2
+    tried = [n for n in nodes if n.kind == blocks.ACTION and n.tick == 2]
+    assert [n.status for n in tried if n.status is not NodeStatus.ALTERNATE] == [
+        NodeStatus.FAILED
+    ]  # one try, not three
+    assert not [n for n in nodes if n.kind == blocks.EVALUATION and n.tick == 2]
+    assert [n.tick for n in nodes if n.kind == blocks.OUTCOME] == [1, 2]
