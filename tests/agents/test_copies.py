@@ -14,9 +14,9 @@ import pytest
 
 from agents import blocks
 from agents.backends.openai_backend import OpenAIBackend
-from agents.runtime import HOT_TEMPERATURE
+from agents.runtime import HOT_TEMPERATURE, Outcome
 from agents.sandbox import sandbox_status
-from storage import NodeStatus, TraceStore
+from storage import Node, NodeStatus, Session, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
 from tests.support.scripted_vllm import SERVED, scripted_vllm
 
@@ -37,31 +37,41 @@ self.add_evaluation("never passes", never)""",
 }
 
 
-def test_a_block_of_copies_gets_one_more_round_drawn_hotter(tmp_path: Path) -> None:
+def run_scripted(
+    tmp_path: Path, script: dict[str, str], **opts: object
+) -> tuple[Outcome, list[Node], Session]:
+    """A session of the scripted model at temperature 0.3, 2 candidates a block, approval
+    auto: how it ended, its tree and its stored session."""
     status = sandbox_status()
     if not status.ok:
         pytest.skip(f"no sandbox here: {status.detail}")
-    with scripted_vllm(BLOCKS) as url, TraceStore(tmp_path / "traces.db") as store:
+    with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
         backend = OpenAIBackend(url, SERVED, timeout=30)
         try:
             runtime, _ = make_runtime(
                 store,
                 backend,
                 tmp_path,
-                temperature=0.3,
-                candidates=2,
-                escalation=(),
-                block_tokens=400,
-                max_ticks=2,
-                example=False,
-                constrain=False,
-                memory=False,
-                approval="auto",
+                **{
+                    "temperature": 0.3,
+                    "candidates": 2,
+                    "escalation": (),
+                    "block_tokens": 400,
+                    "example": False,
+                    "constrain": False,
+                    "memory": False,
+                    "approval": "auto",
+                    **opts,
+                },
             )
-            session_id = runtime.run().session_id
+            outcome = runtime.run()
         finally:
             backend.close()
-        nodes = store.tree(session_id)
+        return outcome, store.tree(outcome.session_id), store.get_session(outcome.session_id)
+
+
+def test_a_block_of_copies_gets_one_more_round_drawn_hotter(tmp_path: Path) -> None:
+    _, nodes, _ = run_scripted(tmp_path, BLOCKS, max_ticks=2)
     actions = {tick: [n for n in nodes if n.kind == blocks.ACTION and n.tick == tick]
                for tick in (1, 2)}  # fmt: skip
     # the first tick's action is new: one round, at the session's temperature
@@ -90,35 +100,10 @@ def test_a_model_that_keeps_its_answer_ends_the_session(tmp_path: Path) -> None:
     further tries) and the session completes, saying why; it does not spend its ticks
     saying the same again."""
     from agents.runtime.tick import KEPT
-    from storage import SessionStatus
 
-    status = sandbox_status()
-    if not status.ok:
-        pytest.skip(f"no sandbox here: {status.detail}")
-    with scripted_vllm(SCRIPT_BLOCKS) as url, TraceStore(tmp_path / "traces.db") as store:
-        backend = OpenAIBackend(url, SERVED, timeout=30)
-        try:
-            runtime, _ = make_runtime(
-                store,
-                backend,
-                tmp_path,
-                temperature=0.3,
-                candidates=2,
-                escalation=(),
-                block_tokens=400,
-                max_ticks=4,
-                attempts=3,
-                example=False,
-                constrain=False,
-                memory=False,
-                approval="auto",
-                form="script",
-            )
-            outcome = runtime.run()
-        finally:
-            backend.close()
-        nodes = store.tree(outcome.session_id)
-        session = store.get_session(outcome.session_id)
+    outcome, nodes, session = run_scripted(
+        tmp_path, SCRIPT_BLOCKS, max_ticks=4, attempts=3, form="script"
+    )
     assert outcome.status is SessionStatus.COMPLETED and outcome.reason == KEPT
     assert session.settings.get("status_reason") == KEPT
     assert outcome.ticks == 2
