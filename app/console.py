@@ -51,8 +51,9 @@ OPERATOR_EVENTS = (events.InputEvent, events.Paste)
 #: A theme file that sets the variable keeps its own.
 BLURRED_CURSOR_STYLE = "underline"
 
-#: How long an ending signal waits for the running session to store its end.
-ENDING_WAIT_SECONDS = 20.0
+#: How long quitting or an ending signal waits for the running sessions to store their
+#: ends (a stop cuts a forward pass at its next layer: a fraction of a second on a CPU).
+ENDING_WAIT_SECONDS = 1.5
 #: An error's toast stays this long (a week: until clicked, or the message log is opened).
 ERROR_TIMEOUT = 7 * 24 * 3600.0
 
@@ -201,15 +202,28 @@ class ConsoleApp(App[None]):
                 loop.add_signal_handler(signum, self.end_by_signal, signum)
 
     def end_by_signal(self, signum: int) -> None:
+        self.end(f"stopped by {signal.Signals(signum).name}", exit_codes.INTERRUPTED)
+
+    async def action_quit(self) -> None:
+        """Leaving the console stops every session it runs, whatever it was doing
+        (working, waiting for a decision or a step key, paused): stored aborted, quitting
+        the reason. A session's thread left waiting would keep the process from ending."""
+        self.end("the operator quit the console", exit_codes.OK)
+
+    def end(self, reason: str, code: int) -> None:
         if not self.ending:
             self.ending = True
-            self.run_worker(self._end(f"stopped by {signal.Signals(signum).name}"))
+            self.run_worker(self._end(reason, code))
 
-    async def _end(self, reason: str) -> None:
+    async def _end(self, reason: str, code: int) -> None:
         # the live session, an A/B's sides, a held-out comparison's current one: each
-        # stored aborted before the process goes (a forward pass may take seconds)
-        await asyncio.to_thread(self.workbench.sessions.stop_all, reason, ENDING_WAIT_SECONDS)
-        self.exit(return_code=exit_codes.INTERRUPTED)
+        # stored aborted before the process goes
+        left = await asyncio.to_thread(
+            self.workbench.sessions.stop_all, reason, ENDING_WAIT_SECONDS
+        )
+        if left:
+            log.warning("%d session(s) still running at exit", left)
+        self.exit(return_code=code)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="model")
     def load_model(self) -> None:

@@ -89,7 +89,7 @@ class LiveControl:
         self.heard(waiting=False)
 
     def stop(self) -> bool:
-        """Stop the session at its next block boundary; False when none runs."""
+        """Stop the session at once (see `Runtime.stop`); False when none runs."""
         if self.session is None:
             return False
         self.session.stop()

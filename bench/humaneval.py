@@ -2,7 +2,8 @@
 alone, on the same problems in one run.
 
 Run: `.venv/bin/python bench/humaneval.py [--suite humaneval:held-out] [--modes plain,agent]
-[--model qwen2.5-coder-0.5b] [--ticks 3] [--limit N] [--work .bench/humaneval]`.
+[--model qwen2.5-coder-0.5b] [--ticks 3] [--limit N] [--work .bench/humaneval]
+[--server URL --workers 4]`.
 
 - `plain`: the model alone: one greedy answer through its chat template to evalplus's
   instruction for chat models ("Please provide a self-contained Python script that solves
@@ -11,6 +12,10 @@ Run: `.venv/bin/python bench/humaneval.py [--suite humaneval:held-out] [--modes 
 - `agent`: the console's runtime on the problem's task (`agents.suites`): the product's
   defaults for the model, approval `auto`, memory off, at most `--ticks` ticks; the tests
   are hidden from it (a blind task), and it stops when its own evaluations pass.
+- `server`: the same sessions as a batch (`agents.batch`, `--workers` at a time) against
+  the model served at `--server` (`agent-console serve`), with the product's defaults for
+  a server; the figure is sessions per hour beside the in-process agent's, on the same
+  problems.
 
 Both are judged by the same check, in the checker's sandbox: the problem's own tests
 against solution.py. Per mode: pass@1 with a 95% Wilson interval, the median seconds and
@@ -114,6 +119,57 @@ def run_agent(
     return rows
 
 
+def run_server(
+    url: str, problems: list[Problem], suite: Any, folder: Path, ticks: int, workers: int
+) -> dict[str, Any]:
+    """The problems as one batch, `workers` sessions at a time, against the served model
+    (whose name is the converted folder's path, so its registry defaults apply)."""
+    from agents import batch as b
+    from agents.backends.openai_backend import OpenAIBackend
+
+    backend = OpenAIBackend(url, str(model_folder(folder.name)), timeout=900)
+    path = folder / f"server-{workers}.db"
+    path.unlink(missing_ok=True)  # sessions per hour need one uninterrupted batch
+    try:
+        with TraceStore(path) as store:
+            options = RunOptions.from_settings(
+                Settings(), backend, approval="auto", max_ticks=ticks, memory=False, seed=0
+            )
+            specs = [{"task": suite.ref(p)} for p in problems]
+            batch = b.start_batch(store, "bench", {"workers": workers}, read=(specs, "bench"))
+            context = b.WorkerContext(store, backend, options, folder / f"s-server-{workers}")
+            started = time.perf_counter()
+            b.run_local(context, batch.id, workers)
+            seconds = time.perf_counter() - started
+            rows = []
+            for task in store.batch_tasks(batch.id):
+                assert task.session_id is not None, task
+                rows.append(
+                    {
+                        "task_id": task.spec["task"],
+                        "session": task.session_id,
+                        "seconds": round(task.result.get("seconds", 0.0), 1),
+                        "tokens": task.result.get("tokens"),
+                        **judge(store, task.session_id),
+                    }
+                )
+    finally:
+        backend.close()
+    return {
+        "workers": workers,
+        "options": options.snapshot(),
+        "wall_s": round(seconds, 1),
+        "sessions_per_hour": round(len(rows) * 3600 / seconds, 1),
+        "rows": rows,
+    }
+
+
+def model_folder(name: str) -> Path:
+    from agents.backends.offline import ensure_model
+
+    return ensure_model(print, name=name)
+
+
 def judge(store: TraceStore, session_id: int) -> dict[str, Any]:
     """The session's verdict, and per tick: whether an action ran, whether the hidden tests
     passed after it, and whether the model's own evaluations (at least one) all passed."""
@@ -187,9 +243,10 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=3)
     parser.add_argument("--limit", type=int, default=0, help="only the first N problems")
     parser.add_argument("--work", type=Path, default=Path(".bench/humaneval"))
+    parser.add_argument("--server", metavar="URL", help="the `server` mode's model server")
+    parser.add_argument("--workers", type=int, default=4, help="the `server` mode's sessions")
     args = parser.parse_args()
 
-    from agents.backends.offline import ensure_model
     from agents.backends.transformers_backend import TransformersBackend
 
     chosen = select(args.suite)
@@ -198,7 +255,6 @@ def main() -> None:
     problems = problems[: args.limit] if args.limit else problems
     folder = args.work / args.model
     folder.mkdir(parents=True, exist_ok=True)
-    backend = TransformersBackend(str(ensure_model(print, name=args.model)))
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "suite": chosen.spec,
@@ -206,8 +262,23 @@ def main() -> None:
         "ticks": args.ticks,
         "problems": [p.task_id for p in problems],
     }
+    modes = args.modes.split(",")
+    if "server" in modes:
+        if not args.server:
+            sys.exit("the server mode needs --server URL (a running `agent-console serve`)")
+        served = run_server(args.server, problems, suite, folder, args.ticks, args.workers)
+        passed = sum(r["passed"] for r in served["rows"])
+        served["pass@1"] = rate(passed, len(served["rows"]))
+        kept = {k: v for k, v in served.items() if k not in ("rows", "options")}
+        print(f"| {args.model} | server | {json.dumps(kept)} |", flush=True)
+        name = f"humaneval-server-{args.workers}.json"
+        (folder / name).write_text(json.dumps({**results, "server": served}, indent=2) + "\n")
+        modes = [m for m in modes if m != "server"]
+        if not modes:
+            return
+    backend = TransformersBackend(str(model_folder(args.model)))
     try:
-        for mode in args.modes.split(","):
+        for mode in modes:
             if mode == "plain":
                 rows = run_plain(backend, problems, suite, folder)
             else:
@@ -223,6 +294,8 @@ def main() -> None:
                     sum(r["passed_at_some_tick"] for r in rows), len(rows)
                 )
                 results[mode]["steps"] = steps(rows)
+                total = sum(r["seconds"] for r in rows)
+                results[mode]["sessions_per_hour"] = round(len(rows) * 3600 / total, 1)
             brief = {k: v for k, v in results[mode].items() if k != "rows"}
             print(f"| {args.model} | {mode} | {json.dumps(brief)} |", flush=True)
             (folder / "humaneval.json").write_text(json.dumps(results, indent=2) + "\n")

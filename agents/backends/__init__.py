@@ -12,9 +12,11 @@ from agents.backends.base import (
     BackendError,
     Candidate,
     ContextOverflowError,
+    Interrupted,
     ModelNotFoundError,
     Progress,
     ServerUnreachableError,
+    interruptible,
 )
 
 if TYPE_CHECKING:
@@ -112,9 +114,11 @@ __all__ = [
     "BackendError",
     "Candidate",
     "ContextOverflowError",
+    "Interrupted",
     "ModelNotFoundError",
     "ServerUnreachableError",
     "default_model",
+    "interruptible",
     "model_or_default",
     "open_backend",
     "resolve",

@@ -30,9 +30,11 @@ one ran:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -61,6 +63,35 @@ class ContextOverflowError(BackendError):
 
 class AdapterError(BackendError):
     """A LoRA adapter could not be loaded or is not known."""
+
+
+class Interrupted(Exception):
+    """The caller stopped the model's work (see `interruptible`); nothing is wrong with
+    the backend."""
+
+
+_caller = threading.local()
+
+
+@contextlib.contextmanager
+def interruptible(should_stop: Callable[[], bool]) -> Iterator[None]:
+    """While the body runs on this thread, the model's work checks `should_stop` often
+    (an in-process model between its layers, a stream between its pieces) and raises
+    `Interrupted` once it is true: a forward pass takes seconds on a CPU, and quitting
+    the console must not wait for it."""
+    outer = getattr(_caller, "should_stop", None)
+    _caller.should_stop = should_stop
+    try:
+        yield
+    finally:
+        _caller.should_stop = outer
+
+
+def check_interrupted() -> None:
+    """Raise `Interrupted` when this thread's caller has stopped (see `interruptible`)."""
+    should_stop = getattr(_caller, "should_stop", None)
+    if should_stop is not None and should_stop():
+        raise Interrupted("stopped while the model worked")
 
 
 @dataclass(frozen=True, slots=True)

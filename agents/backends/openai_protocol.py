@@ -24,6 +24,7 @@ from agents.backends.base import (
     FinishReason,
     Prompt,
     ServerUnreachableError,
+    check_interrupted,
     log_odds,
 )
 
@@ -129,6 +130,7 @@ class _OpenAIProtocol(Backend):
 
         def read() -> None:
             for chunk in stream:
+                check_interrupted()  # the stream closes below: the server stops the request
                 for choice in chunk.choices:
                     row = choice.index
                     if not 0 <= row < n:

@@ -54,6 +54,7 @@ from agents.backends.base import (
     ModelNotFoundError,
     Prompt,
     Sampling,
+    check_interrupted,
     log_odds,
     one_line,
     yes_no_token_ids,
@@ -116,6 +117,12 @@ def _parameter_count(torch: Any, config: Any) -> int:
         return int(sum(p.numel() for p in shell.parameters()))
     except Exception:  # an exotic model: fall back to the safe dtype
         return 0
+
+
+def _between_layers(_module: Any, _inputs: Any) -> None:
+    """Before each decoder layer: a stopped caller's forward pass ends here (a CPU takes
+    seconds for one over a long prompt; see `base.interruptible`)."""
+    check_interrupted()
 
 
 def _looks_like_path(model: str) -> bool:
@@ -205,6 +212,8 @@ class TransformersBackend(_SamplingMixin, Backend):
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=base.generation_config.bos_token_id,
         )
+        for layer in getattr(base.get_decoder(), "layers", ()):
+            layer.register_forward_pre_hook(_between_layers)
         self._base: Any = base
         self._tokenizer: Any = tokenizer
         self._lead_ids = self._leading_special_ids(tokenizer)

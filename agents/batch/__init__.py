@@ -9,7 +9,7 @@ and the same loop runs as N threads of this process (`run_local`) or as N Ray ta
 cluster sharing a PostgreSQL store (`run_ray`). The progress the driver shows is read
 from the store too.
 
-Stopping (Ctrl-C) stops every running session at its next block boundary; those tasks are
+Stopping (Ctrl-C) stops every running session at once (`Runtime.stop`); those tasks are
 marked aborted, with their sessions. `resume` takes them up again: an aborted task
 continues its own session (the runtime's resume), a pending one starts a new session, so
 every task ends with exactly one session.

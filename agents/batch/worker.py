@@ -50,7 +50,7 @@ class WorkerContext:
     backend: Backend
     options: RunOptions
     sessions_dir: Path
-    #: set to stop: the worker's running session stops at its next block boundary
+    #: set to stop: the worker's running session stops at once (see `Runtime.stop`)
     stop: threading.Event = field(default_factory=threading.Event)
     #: the sessions running now, by worker (so a stop reaches them)
     running: dict[str, Runtime] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from agents import blocks
 from agents.approval import Aborted, Asker, Gate
-from agents.backends.base import BackendError, ContextOverflowError
+from agents.backends.base import BackendError, ContextOverflowError, Interrupted, interruptible
 from agents.events import Listener, SessionStarted
 from agents.memory import Memory
 from agents.runtime.context import Truncated
@@ -159,9 +159,9 @@ class Runtime:
     # -- control (any thread) ---------------------------------------------------------------
 
     def stop(self, reason: str | None = None) -> None:
-        """Abort the session: at the next block boundary, or at once while it waits for
-        the operator or runs code in the sandbox. `reason` is stored as the session's
-        (default: "stopped by the operator")."""
+        """Abort the session at once: the model's forward pass under way ends at its next
+        layer, a wait for the operator or a step key ends, code running in the sandbox is
+        killed. `reason` is stored as the session's (default: "stopped by the operator")."""
         self.control.stop(reason)
         self.kernels.close()
 
@@ -195,8 +195,11 @@ class Runtime:
         """Run the session until it completes, fails, is truncated or is stopped.
         Raises `SandboxUnavailable` (before anything is stored) when code cannot run
         safely, and ValueError when a session to resume has nothing to resume from."""
+        # a stop cuts the model's forward pass under way (a CPU takes seconds for one)
+        interrupt = self.control.stopped.is_set
         try:
-            self._open()
+            with interruptible(interrupt):
+                self._open()
         except BaseException as exc:
             if self.kernels.kernel is not None:
                 self.kernels.kernel.close()
@@ -213,8 +216,9 @@ class Runtime:
             raise
         status, reason, error = SessionStatus.FAILED, None, None
         try:
-            status, reason = self._loop()
-        except (Aborted, KeyboardInterrupt) as exc:
+            with interruptible(interrupt):
+                status, reason = self._loop()
+        except (Aborted, Interrupted, KeyboardInterrupt) as exc:
             status, reason = SessionStatus.ABORTED, self.control.stop_why or stop_reason(exc)
         except ContextOverflowError as exc:  # this session's own: the backend is fine
             status, reason = SessionStatus.TRUNCATED, f"the context is full: {exc}"

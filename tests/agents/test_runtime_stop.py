@@ -13,7 +13,14 @@ import pytest
 
 from agents import blocks
 from agents.approval import Answer
-from agents.events import NodeChanged, RuntimeEvent, SessionStarted, StatusChanged
+from agents.events import (
+    BlockSampled,
+    NodeChanged,
+    RuntimeEvent,
+    SamplingProgress,
+    SessionStarted,
+    StatusChanged,
+)
 from agents.runtime import Runtime, task_snapshot
 from agents.sandbox import Kernel
 from storage import SessionStatus, TraceStore
@@ -117,6 +124,32 @@ def test_stop_from_the_listener_on_the_first_event(
     assert isinstance(first, SessionStarted) and "3 candidates a block" in first.text
     assert isinstance(second, NodeChanged) and second.node.kind == blocks.GENESIS
     assert [n.kind for n in store.tree(outcome.session_id)] == [blocks.GENESIS]
+    assert statuses(events) == [("aborted", "stopped by the operator")]
+
+
+def test_a_stop_cuts_the_models_work_under_way(
+    store: TraceStore, backend: Any, tmp_path: Path
+) -> None:
+    """A stop while the model samples a block ends its forward passes at the next layer:
+    the block is never finished nor stored (on a CPU a forward pass over a long prompt
+    takes seconds; quitting the console must not wait for it, nor for the rest of the
+    block). Before, the block ran to its last token and the session ended after it."""
+    events: list[RuntimeEvent] = []
+    runtime: Runtime
+
+    def listener(event: RuntimeEvent) -> None:
+        events.append(event)
+        if isinstance(event, SamplingProgress):  # on the generating thread, mid-block
+            runtime.stop()
+
+    runtime = runtime_for(store, backend, tmp_path, listener=listener, block_tokens=400)
+    outcome = runtime.run()
+    assert_stopped(store, runtime, outcome)
+    progress = [e for e in events if isinstance(e, SamplingProgress)]
+    assert len(progress) == 1 and progress[0].tokens < 400
+    assert not any(isinstance(e, BlockSampled) for e in events)
+    sampled = {blocks.ORIENTATION, blocks.ACTION, blocks.EXPECTATION, blocks.EVALUATION}
+    assert not sampled & {n.kind for n in store.tree(outcome.session_id)}
     assert statuses(events) == [("aborted", "stopped by the operator")]
 
 

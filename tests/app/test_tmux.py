@@ -250,6 +250,33 @@ def test_a_signal_ends_the_console_with_its_running_session_stored_aborted(
         assert session.status_reason == f"stopped by {signum.name}"
 
 
+def test_quit_while_an_action_waits_for_approval_ends_the_process_at_once(
+    tmux: Tmux, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Before, the screen cleared and the process never exited: the session's thread
+    went on waiting for the decision, and Python waited for the thread."""
+    db = tmp_path / "live.db"
+    model = ("--model", str(tiny_model_dir), "--candidates", "1", "--block-tokens", "16")
+    tmux.start(
+        str(SCRIPT), "--db", str(db), *model, "--approval", "ask", "--task", "fix_failing_test"
+    )
+    pid = tmux.command_pid()
+    tmux.wait_for("the approval panel", lambda s: "a Approve" in s)
+    tmux.keys("C-q")
+    quit_at = time.monotonic()
+    while tmux.exit_status() is None:
+        assert time.monotonic() - quit_at < TIMEOUT, tmux.screen()
+        time.sleep(0.05)
+    assert time.monotonic() - quit_at < 2.0 + 0.5  # 0.5: polling and the shell's write
+    assert tmux.exit_status() == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with TraceStore(db) as store:
+        (session,) = store.list_sessions()
+        assert session.status is SessionStatus.ABORTED
+        assert session.status_reason == "the operator quit the console"
+
+
 def test_a_store_that_cannot_be_opened_ends_the_console_in_a_terminal_with_exit_5(
     tmux: Tmux, tmp_path: Path
 ) -> None:
