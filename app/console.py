@@ -176,6 +176,7 @@ class ConsoleApp(App[None]):
         """The store is open: the model starts loading (after the first frame: its
         imports, torch, take seconds), and the labelling screen opens where asked for."""
         self.refresh_bindings()
+        self.reap_orphans()
         if self.settings.backend != "none":
             self.call_after_refresh(self.load_model)
         else:
@@ -184,6 +185,26 @@ class ConsoleApp(App[None]):
             from app.screens.label import LabelScreen
 
             self.push_screen(LabelScreen(self.store, self.label_session))
+
+    @work(thread=True, exit_on_error=False, group="store", name="aborting orphan sessions")
+    def reap_orphans(self) -> None:
+        """Sessions still stored running or waiting whose process on this host is gone
+        (killed, crashed) are marked aborted, with the reason, and the tree shows it."""
+        from agents.processes import reap_orphan_sessions
+
+        reaped = reap_orphan_sessions(self.store)
+        if reaped:
+            self.call_from_thread(self.orphans_reaped, reaped)
+
+    def orphans_reaped(self, reaped: list[int]) -> None:
+        names = ", ".join(str(session_id) for session_id in reaped)
+        self.notify(
+            f"session{'s' if len(reaped) > 1 else ''} {names}: left running by a process "
+            "that is gone; marked aborted (resumable)",
+            severity="warning",
+            markup=False,
+        )
+        self.main.query_one(TraceTree).load(self.store)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Until the store is open (a moment after the first frame) only leaving and the

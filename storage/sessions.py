@@ -83,18 +83,28 @@ class SessionsMixin(StoreBase):
             return [cv.to_session(r) for r in conn.execute(stmt)]
 
     def set_session_status(
-        self, session_id: int, status: d.SessionStatus | str, *, reason: str | None = None
+        self,
+        session_id: int,
+        status: d.SessionStatus | str,
+        *,
+        reason: str | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         """Set the status; a `reason` (why it failed, was truncated, ...) is kept in the
-        session's settings as `status_reason`, replacing the last one ("" removes it)."""
+        session's settings as `status_reason`, replacing the last one ("" removes it);
+        `settings`: keys of the session's settings to set with it (the process that runs
+        it now)."""
         value = _enum(d.SessionStatus, status).value
         changes: dict[str, Any] = {"status": value, "updated_at": time.time()}
         with self._write() as conn:
-            if reason is not None:
-                settings = conn.execute(
+            if reason is not None or settings:
+                stored = conn.execute(
                     select(session_t.c.settings).where(session_t.c.id == session_id)
                 ).scalar()
-                changes["settings"] = d.with_status_reason(settings or {}, reason)
+                merged = {**(stored or {}), **(settings or {})}
+                changes["settings"] = (
+                    d.with_status_reason(merged, reason) if reason is not None else merged
+                )
             done = conn.execute(
                 update(session_t).where(session_t.c.id == session_id).values(**changes)
             )

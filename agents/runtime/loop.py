@@ -15,6 +15,7 @@ from agents.approval import Aborted, Asker, Gate
 from agents.backends.base import BackendError, ContextOverflowError, Interrupted, interruptible
 from agents.events import Listener, SessionStarted
 from agents.memory import Memory
+from agents.processes import OWNER, this_process
 from agents.runtime.context import Truncated
 from agents.runtime.control import Control, SessionState
 from agents.runtime.gate import GateSteps
@@ -255,7 +256,11 @@ class Runtime:
                 backend=self.state.backend.name,
                 model=self.state.backend.model,
                 adapter=self.state.backend.active_adapter,
-                settings={"task": task_snapshot(self.state.task), "run": self.options.snapshot()},
+                settings={
+                    "task": task_snapshot(self.state.task),
+                    "run": self.options.snapshot(),
+                    OWNER: this_process(),
+                },
             )
             self.state.session_id = session.id
             self._announce()
@@ -264,14 +269,14 @@ class Runtime:
             # stopped before its first block: resuming it is starting it
             self.state.session_id = self.resume_id
             self._announce()
-            self.recorder.set_status(SessionStatus.RUNNING, "resumed")
+            self.recorder.set_status(SessionStatus.RUNNING, "resumed", claim=True)
             self._first_start()
         else:
             self.state.session_id = self.resume_id
             self._announce()
             self.state.next_tick = self._load_path()
             self.workdir.mkdir(parents=True, exist_ok=True)
-            self.recorder.set_status(SessionStatus.RUNNING, "resumed")
+            self.recorder.set_status(SessionStatus.RUNNING, "resumed", claim=True)
             self.kernels.start_kernel()
 
     def _announce(self) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.blocks import Header
 from agents.events import DecisionRecorded, EvaluationRecorded, NodeChanged, StatusChanged
+from agents.processes import OWNER, this_process
 from agents.runtime.control import Control, SessionState
 from agents.runtime.results import clip, passed, result_meta
 from agents.sandbox import CallResult
@@ -145,10 +146,14 @@ class Recorder:
             )
         )
 
-    def set_status(self, status: SessionStatus, reason: str | None) -> None:
+    def set_status(self, status: SessionStatus, reason: str | None, *, claim: bool = False) -> None:
+        """`claim`: this process runs the session now (a resume), as its settings say."""
         if not self.state.session_id:
             return
-        self.state.store.set_session_status(self.state.session_id, status, reason=reason or "")
+        owner = {OWNER: this_process()} if claim else None
+        self.state.store.set_session_status(
+            self.state.session_id, status, reason=reason or "", settings=owner
+        )
         self.state.emit(
             StatusChanged(session_id=self.state.session_id, status=status, reason=reason)
         )

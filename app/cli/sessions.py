@@ -68,6 +68,9 @@ def run_sessions(args: argparse.Namespace, settings: Settings) -> int:
     if isinstance(store, int):
         return store
     with store:
+        from agents.processes import reap_orphan_sessions
+
+        reap_orphan_sessions(store)  # none left running by a process that is gone
         found = list(matching(store, args.status, args.task_filter, args.limit))
     if args.as_json:
         for session in found:

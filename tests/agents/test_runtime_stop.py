@@ -21,6 +21,7 @@ from agents.events import (
     SessionStarted,
     StatusChanged,
 )
+from agents.processes import this_process
 from agents.runtime import Runtime, task_snapshot
 from agents.sandbox import Kernel
 from storage import SessionStatus, TraceStore
@@ -95,6 +96,8 @@ def test_stop_before_run_aborts_before_the_first_block(
     outcome = runtime.run()
     assert_stopped(store, runtime, outcome)
     assert store.count_nodes(outcome.session_id) == 0
+    # the process running it is recorded (a console finds the sessions of a dead one)
+    assert store.get_session(outcome.session_id).settings["owner"] == this_process()
     assert outcome.ticks == 0 and outcome.tokens == 0
     assert statuses(events) == [("aborted", "stopped by the operator")]
     assert (
@@ -194,6 +197,8 @@ def test_stop_while_the_kernel_starts(
     thread.join(60)
     assert_stopped(store, runtime, outcome)
     assert store.count_nodes(outcome.session_id) == 0
+    # the process running it is recorded (a console finds the sessions of a dead one)
+    assert store.get_session(outcome.session_id).settings["owner"] == this_process()
 
 
 # -- interrupted (Ctrl-C, or a signal headless turns into a KeyboardInterrupt) --------------

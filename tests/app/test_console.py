@@ -256,6 +256,36 @@ async def test_a_database_opened_after_the_first_frame_is_read_and_closed_at_the
     assert not db.with_name(db.name + "-wal").exists()
 
 
+async def test_a_session_left_running_by_a_dead_process_is_marked_aborted_on_start(
+    db: Path, store: TraceStore
+) -> None:
+    """Before, a session whose console was killed (or could not quit) stayed `waiting` in
+    the tree forever; one whose process still runs is left alone."""
+    from agents.processes import OWNER, this_process
+    from tests.support.processes import dead_owner
+
+    owner = dead_owner()
+    ghost = store.create_session(
+        "ghost", title="Ghost", settings={OWNER: owner}, status=SessionStatus.WAITING
+    ).id
+    alive = store.create_session(
+        "alive", title="Alive", settings={OWNER: this_process()}, status=SessionStatus.RUNNING
+    ).id
+    store.close()
+    notes = Notes()
+    app = ConsoleApp(database=str(db), settings=Settings(backend="none"))
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await pilot.pause()
+        await settle(app, pilot)
+        await settle(app, pilot)
+        lines = visible(app)  # the ghost, updated last, comes first
+        assert lines[0].startswith(f"#{ghost} Ghost  aborted: its process"), lines
+        assert lines[1] == f"#{alive} Alive  running", lines
+        said = f"session {ghost}: left running by a process that is gone; marked aborted"
+        assert sorted(notes.of("warning")) == sorted([NO_MODEL, f"{said} (resumable)"])
+        assert app.store.get_session(alive).status is SessionStatus.RUNNING
+
+
 async def test_a_database_that_cannot_be_opened_ends_the_console_with_exit_code_5(
     tmp_path: Path,
 ) -> None:

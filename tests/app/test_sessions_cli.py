@@ -65,6 +65,20 @@ def test_the_list_is_newest_first_with_what_each_session_is(tmp_path: Path, db: 
     assert "(" not in cipher  # a completed session needs no reason
 
 
+def test_a_session_left_running_by_a_dead_process_is_listed_aborted(
+    tmp_path: Path, db: Path
+) -> None:
+    from agents.processes import OWNER
+    from tests.support.processes import dead_owner
+
+    owner = dead_owner()
+    with TraceStore(db) as store:
+        ghost = store.create_session("ghost", settings={OWNER: owner}).id
+    assert [ln.split()[0] for ln in sessions(tmp_path, db, "--status", "running")] == ["#3"]
+    (line,) = [ln for ln in sessions(tmp_path, db) if ln.startswith(f"#{ghost} ")]
+    assert f"aborted (its process (pid {owner['pid']}) ended without storing" in line
+
+
 def test_filters_by_status_and_task_and_a_limit(tmp_path: Path, db: Path) -> None:
     assert [ln.split()[0] for ln in sessions(tmp_path, db, "--status", "aborted")] == ["#2"]
     assert [ln.split()[0] for ln in sessions(tmp_path, db, "--task", "VIGENERE")] == ["#1"]
