@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from agents.batch.tasks_file import task_of
 from agents.events import RuntimeEvent
-from agents.runtime import RunOptions, Runtime, task_from_snapshot
+from agents.runtime import RunOptions, Runtime, task_from_snapshot, ticks_done
 from agents.sandbox import SandboxUnavailable
 from storage import (
     BatchTask,
@@ -160,16 +160,6 @@ def run_task(context: WorkerContext, batch_task: BatchTask, worker: str) -> Batc
     why = outcome.reason if status is not BatchTaskStatus.COMPLETED else None
     store.finish_batch_task(batch_task.id, status, result=result, error=why)
     return status
-
-
-def ticks_done(store: TraceStore, session_id: int) -> int:
-    """The ticks a session finished (its last outcome block's tick)."""
-    ticks = [
-        n.tick
-        for n in store.tree(session_id)
-        if n.kind == "outcome" and n.status is not NodeStatus.ALTERNATE
-    ]
-    return max(ticks, default=0)
 
 
 def session_reward(store: TraceStore, session_id: int) -> float:

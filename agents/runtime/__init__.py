@@ -47,9 +47,11 @@ from agents.runtime.sampling import (
 )
 from agents.runtime.session_task import (
     REMINDER_CHARS,
+    resume_options,
     session_solved,
     task_from_snapshot,
     task_snapshot,
+    ticks_done,
 )
 
 __all__ = [
@@ -72,8 +74,10 @@ __all__ = [
     "RuntimeEvent",
     "auto_defaults",
     "clip",
+    "resume_options",
     "session_options",
     "session_solved",
     "task_from_snapshot",
     "task_snapshot",
+    "ticks_done",
 ]

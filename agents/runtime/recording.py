@@ -147,12 +147,13 @@ class Recorder:
         )
 
     def set_status(self, status: SessionStatus, reason: str | None, *, claim: bool = False) -> None:
-        """`claim`: this process runs the session now (a resume), as its settings say."""
+        """`claim`: this process runs the session now (a resume), with these options, as
+        its settings then say."""
         if not self.state.session_id:
             return
-        owner = {OWNER: this_process()} if claim else None
+        now = {OWNER: this_process(), "run": self.state.options.snapshot()} if claim else None
         self.state.store.set_session_status(
-            self.state.session_id, status, reason=reason or "", settings=owner
+            self.state.session_id, status, reason=reason or "", settings=now
         )
         self.state.emit(
             StatusChanged(session_id=self.state.session_id, status=status, reason=reason)

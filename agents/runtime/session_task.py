@@ -3,12 +3,15 @@ to resume it), the reminder each tick opens with, and whether a stored session s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agents import blocks
+from agents.runtime.options import RunOptions
 from agents.tasks import Task
 
 if TYPE_CHECKING:
+    from storage import Session
     from storage.views import Trees
 
 REMINDER_CHARS = 600
@@ -59,3 +62,31 @@ def session_solved(store: Trees, session_id: int) -> bool:
         return False
     meta = outcomes[-1].meta
     return bool(meta.get("task_total")) and meta.get("task_passed") == meta.get("task_total")
+
+
+def ticks_done(store: Trees, session_id: int) -> int:
+    """The ticks a session finished (its last outcome block's tick)."""
+    from storage import NodeStatus
+
+    ticks = [
+        n.tick
+        for n in store.tree(session_id)
+        if n.kind == blocks.OUTCOME and n.status is not NodeStatus.ALTERNATE
+    ]
+    return max(ticks, default=0)
+
+
+def resume_options(
+    store: Trees, session: Session, fallback: RunOptions, chosen: dict[str, Any]
+) -> RunOptions:
+    """The options a stored session goes on with: those it was started with (approval,
+    candidates, tokens, temperature, ... as stored), what the caller `chosen` on purpose
+    over them (a flag on the command line), and the ticks it ran counted against its tick
+    limit. A session stored without its options (an import) gets `fallback`."""
+    fields = RunOptions.__dataclass_fields__
+    stored = session.settings.get("run")
+    options = fallback
+    if isinstance(stored, dict) and "escalation" in stored:
+        options = RunOptions.from_snapshot({k: v for k, v in stored.items() if k in fields})
+    options = replace(options, **{k: v for k, v in chosen.items() if k in fields and v is not None})
+    return options.within(None, ticks_done(store, session.id))

@@ -82,7 +82,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run_query(args: argparse.Namespace, settings: Settings) -> int:
-    from agents.runtime import Runtime, task_from_snapshot
+    from agents.runtime import Runtime, resume_options, task_from_snapshot
     from agents.tasks import TaskError, load_task, prompt_task
     from storage import NotFoundError, SessionStatus
 
@@ -119,7 +119,10 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
                 return fail(f"session {session.id} is completed: nothing to resume", 2)
             task = task_from_snapshot(session.settings.get("task", {}))
 
-        opened = open_model(settings, store, getattr(args, "adapter_name", None), fail)
+        adapter = getattr(args, "adapter_name", None)
+        if args.resume is not None and adapter is None:
+            adapter = session.adapter  # resumed with the adapter it was started with
+        opened = open_model(settings, store, adapter, fail)
         if isinstance(opened, int):
             return opened
         backend = opened
@@ -127,7 +130,11 @@ def _run_query(args: argparse.Namespace, settings: Settings) -> int:
         # collection (measured: a third less runtime overhead per tick on a CPU).
         gc.freeze()
 
-        options = session_options(settings, backend, task, unsafe_no_sandbox=args.unsafe_no_sandbox)
+        unsafe = args.unsafe_no_sandbox  # never carried over: each run says so itself
+        options = session_options(settings, backend, task, unsafe_no_sandbox=unsafe)
+        if args.resume is not None:  # as it was started, but for what a flag changes
+            chosen = {**getattr(args, "chosen", {}), "unsafe_no_sandbox": unsafe}
+            options = resume_options(store, session, options, chosen)
         runtime = Runtime(
             store,
             backend,

@@ -312,24 +312,24 @@ def run(argv: Sequence[str] | None) -> int:
 
     from agents.settings import ConfigError, load_settings
 
+    flags = {
+        "db": args.db,
+        "theme": args.theme,
+        "keys": args.keys,
+        "backend": args.backend,
+        "model": args.model_flag,
+        "base_url": args.base_url,
+        "request_timeout": args.request_timeout,
+        "approval": args.approval,
+        **{
+            flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
+            for flag, *_ in RUNTIME_FLAGS
+        },
+    }
+    #: what this command line set on purpose (a resumed session keeps the rest as it was)
+    args.chosen = {k: v for k, v in flags.items() if v is not None}
     try:
-        settings = load_settings(
-            args.config,
-            {
-                "db": args.db,
-                "theme": args.theme,
-                "keys": args.keys,
-                "backend": args.backend,
-                "model": args.model_flag,
-                "base_url": args.base_url,
-                "request_timeout": args.request_timeout,
-                "approval": args.approval,
-                **{
-                    flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
-                    for flag, *_ in RUNTIME_FLAGS
-                },
-            },
-        )
+        settings = load_settings(args.config, flags)
     except ConfigError as exc:
         return fail(str(exc), exit_codes.USAGE)
 

@@ -187,6 +187,52 @@ def test_resume_of_an_unknown_session_is_refused(tmp_path: Path) -> None:
     assert "no such session" in _one_error_line(result)
 
 
+def test_a_resumed_session_runs_as_it_was_started_but_for_the_flags_given(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Before, `--resume` (the hint printed after Ctrl-C) ran with the settings' defaults:
+    4 candidates, 512 tokens, approval `ask` with no operator, so every action was
+    rejected, and the base model instead of the session's adapter."""
+    from agents.runtime import RunOptions, task_snapshot
+    from agents.tasks import load_task
+    from storage import SessionStatus, TraceStore
+
+    task = load_task(str(_task(tmp_path, passes=True)))
+    started = RunOptions(
+        candidates=2, escalation=(), block_tokens=24, temperature=1.0, max_ticks=1, approval="deny"
+    )
+    with TraceStore(tmp_path / "traces.db") as store:
+        store.create_session(
+            task.prompt,
+            settings={"task": task_snapshot(task), "run": started.snapshot()},
+            status=SessionStatus.ABORTED,
+        )
+
+    def resume(*flags: str) -> dict:
+        result = subprocess.run(
+            [*_command(tmp_path, tiny_model_dir, *flags), "--resume", "1", "--json"],
+            env=_env(tmp_path),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+        assert "Traceback" not in result.stderr, result.stderr
+        with TraceStore(tmp_path / "traces.db") as store:
+            decided = [d for n in store.tree(1) for d in store.decisions(n.id)]
+            return store.get_session(1).settings["run"] | {
+                "verdicts": {(d.actor.value, d.verdict.value) for d in decided}
+            }
+
+    first = resume("--max-ticks", "1")  # (without the fix: the defaults' 20 ticks)
+    assert (first["candidates"], first["block_tokens"], first["approval"]) == (2, 24, "deny")
+    assert first["verdicts"] == {("policy", "reject")}  # `deny` decided every action
+    again = resume("--candidates", "3", "--approval", "auto")
+    assert (again["candidates"], again["block_tokens"], again["approval"]) == (3, 24, "auto")
+    assert ("policy", "approve") in again["verdicts"]
+
+
 def test_query_and_the_console_build_the_same_options() -> None:
     """`--query`, the console's live session and its A/B build their options in one place
     (agents.runtime.session_options): the same settings give the same run, the A/B differs
