@@ -120,6 +120,11 @@ MAIN_ACTIONS = (
         "main.stop", "x", "stop", "Stop", "Abort the running session",
         palette="session: Stop",
     ),
+    Action(
+        "main.resume", "R", "resume", "Resume",
+        "Go on with the selected stored session, with the settings it was started with",
+        palette="session: Resume the selected session", show=False,
+    ),
     # Early: a narrow footer cuts the keys at its end, and this one lists them all.
     Action(
         "main.help", "question_mark,f1", "help", "Keys", "Show every key of this screen",

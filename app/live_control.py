@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from agents.tasks import Task
     from agents.workbench import Workbench
     from app.live import LiveSession
+    from storage import Session
 
 #: Seconds without a word from a running agent before the status bar counts how long it
 #: has worked (a real model on a CPU takes tens of seconds a block: the screen must not
@@ -44,17 +45,52 @@ class LiveControl:
         if refusal is not None:
             raise RuntimeError(refusal)
         from agents.runtime import session_options
+
+        options = session_options(self.bench.settings, self.bench.require_model(), task)
+        return self._open(task, options, target)  # as `--query` builds them
+
+    def resume(self, session: Session, target: Any) -> tuple[RunOptions, str | None]:
+        """Go on with stored `session` as it was started (its own options: approval,
+        candidates, tokens, ...; the ticks it ran count against its limit), its messages
+        posted to `target`; RuntimeError (why) when it cannot. With it, what the operator
+        should know: the adapter it was started with, when the console samples another."""
+        from agents.runtime import resume_options, session_options, task_from_snapshot
+        from storage import SessionStatus
+
+        refusal = self.bench.session_refusal()
+        if refusal is None and session.status is SessionStatus.COMPLETED:
+            refusal = f"session {session.id} is completed: nothing to resume"
+        elif refusal is None and session.status in (SessionStatus.RUNNING, SessionStatus.WAITING):
+            refusal = f"session {session.id} is {session.status.value}: another process runs it"
+        if refusal is not None:
+            raise RuntimeError(refusal)
+        backend = self.bench.require_model()
+        task = task_from_snapshot(session.settings.get("task", {}))
+        fallback = session_options(self.bench.settings, backend, task)
+        options = resume_options(self.bench.store, session, fallback, {})
+        self._open(task, options, target, resume=session.id)
+        note = None
+        if session.adapter != backend.active_adapter:
+            started = f"adapter {session.adapter}" if session.adapter else "the base model"
+            now = (
+                f"adapter {backend.active_adapter}" if backend.active_adapter else "the base model"
+            )
+            note = f"session {session.id} was started with {started}; it goes on with {now}"
+        return options, note
+
+    def _open(
+        self, task: Task, options: RunOptions, target: Any, resume: int | None = None
+    ) -> RunOptions:
         from app.live import LiveSession
 
-        backend, settings = self.bench.require_model(), self.bench.settings
-        options = session_options(settings, backend, task)  # as `--query` builds them
         self.session = self.bench.live = LiveSession(
             self.bench.store,
-            backend,
+            self.bench.require_model(),
             task,
             options,
-            sessions_dir=settings.sessions_dir(),
+            sessions_dir=self.bench.settings.sessions_dir(),
             target=target,
+            resume=resume,
         )
         if self.armed is not None:
             self.session.runtime.set_stepping(self.armed)

@@ -291,19 +291,11 @@ class CompareScreen(Screen[None]):
 def current_task(bench: Workbench, tree: TraceTree) -> Task | None:
     """The task to compare on: the live session's, else the task of the session the tree's
     cursor is in, else the one the console was started with."""
-    from app.widgets.trace_tree import SessionEntry
-
     if bench.live is not None:
         return bench.live.task
-    node = tree.cursor_node
-    if node is not None:
-        entry = node.data
-        trace = tree.trace_of(entry)
-        session = trace.session if trace is not None else None
-        if session is None and isinstance(entry, SessionEntry):
-            session = entry.session
-        if session is not None and session.task.strip():
-            return resolve_task(session.settings, session.task)
+    session = tree.selected_session()
+    if session is not None and session.task.strip():
+        return resolve_task(session.settings, session.task)
     return bench.start_task
 
 

@@ -48,6 +48,7 @@ from storage import (
 
 if TYPE_CHECKING:
     from agents.memory import Hit
+    from agents.runtime import RunOptions
     from agents.tasks import Task
     from agents.workbench import Workbench
     from app.live import LiveSession
@@ -230,6 +231,24 @@ class MainScreen(Screen[None]):
         except RuntimeError as exc:
             self.notify(str(exc), severity="warning", markup=False)
             return
+        self._run_live(options)
+
+    def action_resume(self) -> None:
+        """Go on with the stored session the cursor is in, with its own settings."""
+        session = self.query_one(TraceTree).selected_session()
+        if session is None:
+            self.notify("select a session in the tree to resume it", severity="warning")
+            return
+        try:
+            options, note = self.control.resume(session, target=self.feed)
+        except RuntimeError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            return
+        if note is not None:
+            self.notify(note, severity="warning", markup=False)
+        self._run_live(options)
+
+    def _run_live(self, options: RunOptions) -> None:
         live = self.control.session
         assert live is not None
         self.forget_selection()  # the last session's block is not the new one's
@@ -278,6 +297,8 @@ class MainScreen(Screen[None]):
             return self.bench.backend is not None  # arms step mode for the next session
         if action in LIVE_ACTIONS:
             return self.live is not None
+        if action == "resume":
+            return self.bench.backend is not None and self.live is None
         if action in ("label_good", "label_bad"):
             return self._selected_block() is not None or None
         if action == "undo_label":

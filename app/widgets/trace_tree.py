@@ -573,6 +573,16 @@ class TraceTree(Tree[Entry]):
             return node.data.node
         return None
 
+    def selected_session(self) -> Session | None:
+        """The session the cursor is in (on its line, a tick or a block of it)."""
+        node = self.cursor_node
+        if node is None:
+            return None
+        trace = self.trace_of(node.data)
+        if trace is not None:
+            return trace.session
+        return node.data.session if isinstance(node.data, SessionEntry) else None
+
     def selected_label(self) -> Label | None:
         """The label in effect on the block under the cursor, if it has one."""
         node = self.selected_block()

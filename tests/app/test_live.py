@@ -343,3 +343,50 @@ async def test_loading_an_adapter_from_the_jobs_screen_while_a_session_waits(
         await until(pilot, lambda: asking(app), "the decision taken up")
         await pilot.press("x")
         await until(pilot, lambda: app.main.live is None, "the session to stop")
+
+
+async def test_resume_the_selected_session_from_the_tree_with_its_own_settings(
+    store: TraceStore, tiny_model_dir: Path
+) -> None:
+    """Before, a stored session could not be resumed from the console. It goes on as it
+    was started (approval `auto` here, while the console asks), not with the console's."""
+    from agents.runtime import RunOptions, task_snapshot
+    from tests.app.test_console import settle
+
+    started = RunOptions(
+        candidates=2, escalation=(), block_tokens=24, temperature=1.0, max_ticks=1, approval="auto"
+    )
+    done = store.create_session("done", title="Done", status=SessionStatus.COMPLETED).id
+    stopped = store.create_session(
+        TASK.prompt,
+        title="Stopped",
+        settings={"task": task_snapshot(TASK), "run": started.snapshot()},
+        status=SessionStatus.ABORTED,
+    ).id
+    notes: list[str] = []
+
+    def hook(message: object) -> None:
+        if isinstance(message, Notify):
+            notes.append(message.notification.message)
+
+    app = ConsoleApp(store=store, settings=settings(tiny_model_dir))
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
+        await settle(app, pilot)
+        tree = app.main.query_one(TraceTree)
+        tree.focus()
+        await pilot.pause()
+        assert tree.selected_session() is not None and tree.selected_session().id == stopped
+        await pilot.press("R")
+        await until(pilot, lambda: app.main.live is not None, "the session to go on")
+        await until(pilot, lambda: app.main.live is None, "the session to end")
+        assert not asking(app)  # `auto`, as it was started: nobody was asked
+        resumed = store.get_session(stopped)
+        assert resumed.status in (SessionStatus.COMPLETED, SessionStatus.TRUNCATED)
+        assert resumed.settings["run"]["candidates"] == 2
+        tree.move_cursor(tree.session_nodes[done])
+        await pilot.pause()
+        assert tree.selected_session() is not None and tree.selected_session().id == done
+        await pilot.press("R")
+        await pilot.pause()
+        assert f"session {done} is completed: nothing to resume" in notes
