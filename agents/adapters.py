@@ -51,12 +51,32 @@ def find_adapter(store: Adapters, name: str) -> Adapter:
     return adapter
 
 
+def trained_on(adapter: Adapter, model: str) -> bool:
+    """Whether `adapter` was trained on `model`: a folder or a hub id, compared by its last
+    part (a converted offline model's folder is named as the registry names the model)."""
+
+    def name(model: str) -> str:
+        return model.rstrip("/").rsplit("/", 1)[-1].casefold()
+
+    return name(adapter.base_model) == name(model)
+
+
+def knows_its_model(backend: Backend) -> bool:
+    """Whether `backend.model` names the weights (in process), not a server's name for them."""
+    return backend.name != "openai"
+
+
 def load_registered_adapter(store: Adapters, backend: Backend, name: str) -> None:
     """The registered adapter `name` loaded into `backend` once (not put in use), after
-    `find_adapter` found it whole; a model server that already holds it is not asked
-    again."""
+    `find_adapter` found it whole and trained on the backend's model; a model server that
+    already holds it is not asked again."""
     if name not in backend.adapters():
         adapter = find_adapter(store, name)
+        if knows_its_model(backend) and not trained_on(adapter, backend.model):
+            raise AdapterLookupError(
+                f"adapter {name!r} was trained on {adapter.base_model}, not on the model in "
+                f"use ({backend.model})"
+            )
         backend.load_adapter(adapter.name, adapter.path)
 
 

@@ -140,6 +140,13 @@ class Workbench:
     def comparing(self) -> bool:
         return self._holder is not None and self._holder.is_set()
 
+    def model_name(self) -> str | None:
+        """The weights in use, where the backend knows them (not behind a server's name)."""
+        from agents.adapters import knows_its_model
+
+        backend = self.backend
+        return backend.model if backend is not None and knows_its_model(backend) else None
+
     def session_refusal(self) -> str | None:
         """Why the operator's session cannot start now, or None."""
         if self.live is not None:

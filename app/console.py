@@ -456,7 +456,9 @@ class ConsoleApp(App[None]):
         if backend is None:
             self.notify(self.workbench.no_model_reason(), severity="warning", markup=False)
             return
-        picker = AdapterPicker(self.store, "Use adapter", backend.active_adapter)
+        picker = AdapterPicker(
+            self.store, "Use adapter", backend.active_adapter, self.workbench.model_name()
+        )
         self.push_screen(picker, lambda name: self.switch_adapter(name) if name else None)
 
     def action_base_model(self) -> None:

@@ -17,6 +17,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
+from agents.adapters import trained_on
 from app.actions import ADAPTER_PICKER_ACTIONS, CONFIRM_ACTIONS, bindings
 from app.shared import workbench
 from storage import Adapter
@@ -53,11 +54,16 @@ class AdapterPicker(ModalScreen[str | None]):
     CSS_PATH = "dialogs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings(ADAPTER_PICKER_ACTIONS)
 
-    def __init__(self, store: Adapters, title: str, active: str | None = None) -> None:
+    def __init__(
+        self, store: Adapters, title: str, active: str | None = None, model: str | None = None
+    ) -> None:
+        """`model`: the weights in use; adapters trained on another model show, but
+        cannot be picked."""
         super().__init__()
         self.store = store
         self.title_text = title
         self.active = active
+        self.model = model
         self.adapters: list[Adapter] = []
 
     def compose(self) -> ComposeResult:
@@ -90,7 +96,10 @@ class AdapterPicker(ModalScreen[str | None]):
             if adapter.job_id is not None:
                 detail += f" · job {adapter.job_id}"
             line.append(detail, style="dim")
-            options.add_option(Option(line, id=adapter.name))
+            other = self.model is not None and not trained_on(adapter, self.model)
+            if other:
+                line.append("  another base model", style="italic")
+            options.add_option(Option(line, id=adapter.name, disabled=other))
         message = self.query_one("#adapters-message", Static)
         if adapters:
             options.highlighted = 0
@@ -126,4 +135,4 @@ def pick_adapter_then(
             return
         origin.app.push_screen(screen(adapter))
 
-    origin.app.push_screen(AdapterPicker(bench.store, title), picked)
+    origin.app.push_screen(AdapterPicker(bench.store, title, model=bench.model_name()), picked)

@@ -90,6 +90,15 @@ def test_who_may_sample_and_change_the_adapter_and_why_not(
 
             assert "tuned" in (bench.apply_adapter(backend, "tuned") or "")  # not registered
             assert backend.active_adapter is None
+            # trained on another model: refused before it is loaded (it was loaded before)
+            store.register_adapter("other", base_model="Qwen/Qwen2.5-0.5B", path=tiny_adapter_dir)
+            said = bench.apply_adapter(backend, "other") or ""
+            assert said.endswith(
+                f"adapter 'other' was trained on Qwen/Qwen2.5-0.5B, not on the model in use "
+                f"({tiny_model_dir})"
+            ), said
+            assert "other" not in backend.adapters()
+            assert bench.model_name() == str(tiny_model_dir)
             store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
             assert bench.apply_adapter(backend, "tuned") is None
             assert backend.active_adapter == "tuned" and "tuned" in backend.adapters()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Log, Sparkline, Static
+from textual.widgets import DataTable, Input, Log, OptionList, Sparkline, Static
 
 from agents.settings import Settings
 from app.console import ConsoleApp
@@ -432,6 +432,8 @@ async def test_use_adapter_and_base_model_from_the_palette(
     store: TraceStore, tiny_model_dir: Path, tiny_adapter_dir: Path
 ) -> None:
     store.register_adapter("tuned", base_model=str(tiny_model_dir), path=tiny_adapter_dir)
+    # listed, but not to be picked: before, it was offered as if it fitted
+    store.register_adapter("other", base_model="Qwen/Qwen2.5-0.5B", path=tiny_adapter_dir)
     notes = Notes()
     app = ConsoleApp(store=store, settings=tiny(tiny_model_dir))
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
@@ -440,7 +442,12 @@ async def test_use_adapter_and_base_model_from_the_palette(
         await settle(pilot)
         picker = app.screen
         assert isinstance(picker, AdapterPicker)
-        assert [a.name for a in picker.adapters] == ["tuned"]
+        assert sorted(a.name for a in picker.adapters) == ["other", "tuned"]
+        options = picker.query_one("#adapters-list", OptionList)
+        enabled = [options.get_option_at_index(i) for i in range(options.option_count)]
+        assert {o.id: o.disabled for o in enabled} == {"tuned": False, "other": True}
+        assert "another base model" in str(options.get_option("other").prompt)
+        options.highlighted = options.get_option_index("tuned")
         await pilot.press("enter")
         await until(
             pilot, lambda: status_bar(app).adapter == "tuned", "the adapter in the status bar"
