@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agents.events import BlockSampled
     from agents.runtime import RunOptions
     from agents.tasks import Task
     from agents.workbench import Workbench
@@ -19,6 +20,11 @@ if TYPE_CHECKING:
 #: has worked (a real model on a CPU takes tens of seconds a block: the screen must not
 #: look stuck).
 QUIET_AFTER = 2.0
+#: The blocks of a tick that the model samples (orientation, action, expectation,
+#: evaluation): what the first block's time is multiplied by to say what a tick costs.
+BLOCKS_A_TICK = 4
+#: A tick slower than this (seconds) is worth telling the operator how to speed up.
+SLOW_TICK = 60.0
 STEP_HOW = {
     "block": "step mode: s writes one block, S one tick, c runs on",
     "tick": "step mode by tick: S runs one tick, c runs on",
@@ -37,6 +43,8 @@ class LiveControl:
         #: when the live session last said anything, and whether it now waits for a key
         self.quiet_since = 0.0
         self.awaiting_operator = False
+        #: what a tick costs at this machine's speed, once the session's first block is in
+        self.tick_cost = ""
 
     def start(self, task: Task, target: Any) -> RunOptions:
         """A new live session of `task`, its messages posted to `target` (the screen);
@@ -92,6 +100,7 @@ class LiveControl:
             target=target,
             resume=resume,
         )
+        self.tick_cost = ""
         if self.armed is not None:
             self.session.runtime.set_stepping(self.armed)
             self.armed = None
@@ -138,6 +147,25 @@ class LiveControl:
         self.session.runtime.post_message(text)
         return True
 
+    def sampled(self, event: BlockSampled) -> str | None:
+        """A block's candidates are in. From the session's first: what a tick will cost at
+        this machine's speed (the status bar's working count says it from now on) and,
+        when a tick takes over a minute, the line that tells the operator how to make it
+        faster (once)."""
+        if self.tick_cost:
+            return None
+        tick = BLOCKS_A_TICK * event.seconds
+        self.tick_cost = f"a tick ≈ {duration(tick)}"
+        if tick < SLOW_TICK:
+            return None
+        speed = f"{event.tokens_per_second:.0f} tokens/s" if event.tokens_per_second else "slowly"
+        return (
+            f"the model writes {speed} here: {event.candidates} candidates of a block took "
+            f"{event.seconds:.0f} s, so a tick ({BLOCKS_A_TICK} blocks) takes about "
+            f"{duration(tick)}. Faster: fewer candidates (--candidates 2), shorter blocks "
+            "(--block-tokens 256), or a model server (agent-console serve, then --base-url)"
+        )
+
     # -- what the status bar says -------------------------------------------------------
 
     @property
@@ -167,4 +195,10 @@ class LiveControl:
             return None
         if quiet < QUIET_AFTER:
             return None
-        return f"{session.mode} · working {quiet:.0f} s"
+        cost = f" · {self.tick_cost}" if self.tick_cost else ""
+        return f"{session.mode} · working {quiet:.0f} s{cost}"
+
+
+def duration(seconds: float) -> str:
+    """90 s and over in minutes, else seconds."""
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -20,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from agents.events import (
     AgentMessage,
+    BlockSampled,
     EvaluationRecorded,
     NodeChanged,
     RuntimeEvent,
@@ -132,6 +133,10 @@ class LiveFeed(Widget):
                 self._update_tree_later()
             case StepWaiting():
                 screen.query_one(StatusBar).mode = f"step: next {event.upcoming} (s)"
+            case BlockSampled():
+                told = self.control.sampled(event)
+                if told is not None:
+                    self.notify(told, timeout=30, markup=False)
             case SamplingProgress():
                 tail = escape_controls(" ".join(event.text.split()))[-60:]
                 screen.query_one(StatusBar).activity = (
