@@ -264,10 +264,8 @@ class ApprovalScreen(ModalScreen[Answer]):
         if wanted is not self.mode:
             return False
         if action == "pick":
-            if not self.request.alternates:
-                return False
-            # Shown but greyed while the proposed action itself is highlighted.
-            return True if self.highlighted_alternate() is not None else None
+            # with the proposed action highlighted, `p` says what to do (it did nothing)
+            return bool(self.request.alternates)
         if action == "pick_number":
             number = parameters[0] if parameters else 0
             return isinstance(number, int) and 1 <= number <= len(self.request.alternates)
@@ -294,12 +292,22 @@ class ApprovalScreen(ModalScreen[Answer]):
     def action_pick(self) -> None:
         alternate = self.highlighted_alternate()
         if alternate is None:
-            self.notify("highlight an alternate in the list first", severity="warning")
+            self.notify(
+                "the proposed action is highlighted: move to an alternate (down), or press "
+                "its number",
+                severity="warning",
+            )
             return
-        self.decide(Answer.pick(alternate.id))
+        self._pick(alternate)
 
     def action_pick_number(self, number: int) -> None:
-        self.decide(Answer.pick(self.request.alternates[number - 1].id))
+        self._pick(self.request.alternates[number - 1])
+
+    def _pick(self, alternate: Node) -> None:
+        # the action runs in the sandbox next: seconds before anything else shows
+        if self.is_current:
+            self.notify(f"alternate #{alternate.id} picked: it runs now", markup=False)
+        self.decide(Answer.pick(alternate.id))
 
     def action_edit(self) -> None:
         # the editor writes its text to the terminal as it is: controls go in escaped (in

@@ -130,20 +130,27 @@ async def test_highlighting_an_alternate_shows_its_code(request_: ApprovalReques
 
 
 async def test_pick_the_highlighted_alternate(request_: ApprovalRequest) -> None:
+    notes = Notes()
     app = Host(request_)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await pilot.pause()
-        # The proposed action is highlighted at first: pick is shown but greyed, and inert.
-        assert footer(modal(app))["p"] == ("Pick", False)
-        await pilot.press("p")
-        await pilot.pause()
-        assert app.decisions == []
-        await pilot.press("down", "down")
-        await pilot.pause()
+        # The proposed action is highlighted at first: p says what to do (it was silent).
         assert footer(modal(app))["p"] == ("Pick", True)
         await pilot.press("p")
         await pilot.pause()
-        assert app.decisions == [Answer.pick(request_.alternates[1].id)]
+        assert app.decisions == []
+        assert notes.of("warning") == [
+            "the proposed action is highlighted: move to an alternate (down), or press its "
+            "number"
+        ]
+        await pilot.press("down", "down")
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        picked = request_.alternates[1].id
+        assert app.decisions == [Answer.pick(picked)]
+        # said at once: the action runs in the sandbox next, seconds before anything shows
+        assert f"alternate #{picked} picked: it runs now" in notes.texts()
 
 
 async def test_a_digit_picks_that_alternate(request_: ApprovalRequest) -> None:
@@ -332,14 +339,11 @@ async def test_the_palette_offers_the_approval_commands(request_: ApprovalReques
             "approval: Approve",
             "approval: Edit",
             "approval: Reject",
+            "approval: Pick alternate",
             "approval: Regenerate",
             "approval: Stop session",
             "approval: Back",
-        ]  # pick is greyed while the proposed action is highlighted
-        await pilot.press("down")
-        await pilot.pause()
-        names = [hit.text async for hit in ApprovalCommands(screen).search("pick")]
-        assert names == ["approval: Pick alternate"]
+        ]
 
         await pilot.press("e")
         await pilot.pause()
