@@ -3,6 +3,7 @@ and its mode, and the running training job."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 #: A model path longer than this shows as its last two folders: a local model's absolute
 #: path would otherwise push the session's state off the end of the line.
 MODEL_CHARS = 32
+#: The status bar's parts it never drops for width: the session and its mode.
+KEPT = 9
 
 
 def short_model(model: str) -> str:
@@ -53,18 +56,26 @@ class StatusBar(Static):
             self.backend = "loading model…"
 
     def render(self) -> Text:
+        """The parts that fit the width: the session and its mode (which says when a
+        decision waits) always; the rest, least needed first, only while there is room."""
+        adapter = f" · adapter {self.adapter or 'none'}"
+        parts: list[tuple[str, str, int]] = [  # (text, style, rank: lowest goes first)
+            (self.backend, "bold", 4),
+            (f" {short_model(self.model)}" if self.model else "", "", 1),
+            (adapter, "dim", 5 if self.adapter else 1),
+            (f" · approval {self.policy}" if self.policy else "", "", 2),
+            (f" · {self.session}" if self.session else "", "bold", KEPT),
+            (f" · {self.mode}" if self.mode else "", "", KEPT),
+            (f" · {self.activity}" if self.activity else "", "italic", 3),
+            (f" · {self.job or 'no training job'}", "dim", 0),
+        ]
+        width = self.size.width or sys.maxsize
+        kept = [part for part in parts if part[0]]
+        for dropped in sorted((p for p in kept if p[2] < KEPT), key=lambda p: p[2]):
+            if sum(len(p[0]) for p in kept) <= width:
+                break
+            kept.remove(dropped)
         line = Text()
-        line.append(self.backend, style="bold")
-        if self.model:
-            line.append(f" {short_model(self.model)}")
-        line.append(f" · adapter {self.adapter or 'none'}", style="dim")
-        if self.policy:
-            line.append(f" · approval {self.policy}")
-        if self.session:
-            line.append(f" · {self.session}", style="bold")
-        if self.mode:
-            line.append(f" · {self.mode}")
-        if self.activity:
-            line.append(f" · {self.activity}", style="italic")
-        line.append(f" · {self.job or 'no training job'}", style="dim")
+        for text, style, _ in kept:
+            line.append(text.removeprefix(" · ") if not line else text, style=style)
         return line
