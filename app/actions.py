@@ -158,6 +158,10 @@ MAIN_ACTIONS = (
         palette="search: Traces…",
     ),
     Action(
+        "main.copy", "y", "copy", "Copy", "Copy the selected block's text to the clipboard",
+        palette="view: Copy the selected block", show=False,
+    ),
+    Action(
         "main.chat", "i", "chat", "Chat", "Write to the agent in the chat input",
         palette="chat: Message the agent",
     ),
@@ -248,6 +252,16 @@ APPROVAL_ACTIONS = (
         "approval.stop", "x", "stop_session", "Stop session",
         "Stop the session (stored as aborted); nothing is decided",
         palette="approval: Stop session",
+    ),
+    Action(
+        "approval.copy", "y", "copy", "Copy",
+        "Copy the code shown (the proposed action or the highlighted alternate) to the "
+        "clipboard", palette="approval: Copy code", show=False,
+    ),
+    Action(
+        "approval.select_all", "ctrl+a", "select_all", "Select all",
+        "Select all of the code being edited (to type over it or copy it)", show=False,
+        priority=True,  # over the editor's own ctrl+a (line start)
     ),
     Action(
         "approval.accept_edit", "ctrl+s", "accept_edit", "Accept edit",

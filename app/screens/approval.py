@@ -63,7 +63,9 @@ ACTION_MODES: dict[str, Mode] = {
     "pick_number": Mode.VIEW,
     "regenerate": Mode.VIEW,
     "stop_session": Mode.VIEW,
+    "copy": Mode.VIEW,
     "accept_edit": Mode.EDIT,
+    "select_all": Mode.EDIT,
     "confirm_reject": Mode.REJECT,
 }
 
@@ -308,6 +310,16 @@ class ApprovalScreen(ModalScreen[Answer]):
         if self.is_current:
             self.notify(f"alternate #{alternate.id} picked: it runs now", markup=False)
         self.decide(Answer.pick(alternate.id))
+
+    def action_copy(self) -> None:
+        """The code in view to the clipboard (the terminal's, over OSC 52: an SSH session's
+        too, where the terminal allows it)."""
+        node = self.highlighted_alternate() or self.request.action
+        self.app.copy_to_clipboard(node.text)
+        self.notify(f"copied the code of #{node.id} ({len(node.text):,} characters)", markup=False)
+
+    def action_select_all(self) -> None:
+        self.query_one("#approval-editor", TextArea).select_all()
 
     def action_edit(self) -> None:
         # the editor writes its text to the terminal as it is: controls go in escaped (in

@@ -369,6 +369,14 @@ class MainScreen(Screen[None]):
 
         start_comparison(self, self.query_one(TraceTree))
 
+    def action_copy(self) -> None:
+        block = self.query_one(TraceTree).selected_block()
+        if block is None:
+            self.notify("select a block in the tree to copy its text", severity="warning")
+            return
+        self.app.copy_to_clipboard(block.text)
+        self.notify(f"copied block #{block.id} ({len(block.text):,} characters)", markup=False)
+
     def action_last(self) -> None:
         self.query_one(TraceTree).action_last()
 

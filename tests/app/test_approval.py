@@ -140,8 +140,7 @@ async def test_pick_the_highlighted_alternate(request_: ApprovalRequest) -> None
         await pilot.pause()
         assert app.decisions == []
         assert notes.of("warning") == [
-            "the proposed action is highlighted: move to an alternate (down), or press its "
-            "number"
+            "the proposed action is highlighted: move to an alternate (down), or press its number"
         ]
         await pilot.press("down", "down")
         await pilot.pause()
@@ -342,6 +341,7 @@ async def test_the_palette_offers_the_approval_commands(request_: ApprovalReques
             "approval: Pick alternate",
             "approval: Regenerate",
             "approval: Stop session",
+            "approval: Copy code",
             "approval: Back",
         ]
 
@@ -444,3 +444,25 @@ def test_snapshot_of_the_panel_over_the_main_screen(snap_compare, size) -> None:
     """The tree and the status bar in sight beside the panel; the retry and the last
     outcome in it."""
     assert snap_compare(PANEL_APP, terminal_size=size)
+
+
+async def test_copy_the_code_in_view_and_select_all_while_editing(
+    request_: ApprovalRequest,
+) -> None:
+    """Before, an action's text could not be copied (a drag and ctrl+c gave nothing), and
+    the editor's select-all was f7, shown nowhere."""
+    app = Host(request_)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.clipboard == request_.action.text
+        await pilot.press("down", "y")
+        await pilot.pause()
+        assert app.clipboard == request_.alternates[0].text
+        await pilot.press("up", "e")
+        await pilot.pause()
+        editor = modal(app).query_one("#approval-editor", TextArea)
+        await pilot.press("ctrl+a")
+        await pilot.pause()
+        assert editor.selected_text == editor.text != ""

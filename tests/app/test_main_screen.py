@@ -619,6 +619,10 @@ async def test_the_selected_block_shows_its_header_score_parts_and_code(
             "",
             'self.add_action("Read the settings file", action_read_config)',
         ]
+        # y copies it (before, a block's text could not be copied out of the console)
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.clipboard == built.action.text
 
 
 # -- labelling from the tree --------------------------------------------------------------
