@@ -133,6 +133,10 @@ def pick_adapter_then(
         if again is not None:
             origin.notify(again, severity="warning", markup=False)
             return
-        origin.app.push_screen(screen(adapter))
+        origin.app.push_screen(screen(adapter), reload)
+
+    async def reload(_: object) -> None:
+        # the sessions it ran are in the tree when it closes (they needed `r` before)
+        await origin.app.run_action("app.refresh")
 
     origin.app.push_screen(AdapterPicker(bench.store, title, model=bench.model_name()), picked)

@@ -61,6 +61,8 @@ class Side:
     live: LiveSession
     outcome: Outcome | None = None
     status: str = ""
+    #: the tick the side is in (the head counts them against the limit)
+    tick: int = 0
 
     @property
     def title(self) -> str:
@@ -201,7 +203,10 @@ class CompareScreen(Screen[None]):
             self.query_one(f"#compare-{side.key} .compare-log", RichLog).write(text)
         if isinstance(event, StatusChanged):
             side.status = event.status.value
-        if isinstance(event, SessionStarted | StatusChanged):
+        moved = isinstance(event, NodeChanged) and event.node.tick > side.tick
+        if moved:
+            side.tick = event.node.tick
+        if moved or isinstance(event, SessionStarted | StatusChanged):
             head = self.query_one(f"#compare-{side.key} .compare-head", Static)
             head.update(side_head(side, side.status))
 
@@ -353,6 +358,8 @@ def side_head(side: Side, status: object) -> Text:
     session_id = side.live.session_id
     if session_id:
         text.append(f"  ·  session {session_id}", style="dim")
+    if side.tick:
+        text.append(f"  ·  tick {side.tick} of {side.live.runtime.options.max_ticks}")
     if status:
         text.append(f"  ·  {status}")
     return text

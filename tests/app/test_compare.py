@@ -28,6 +28,7 @@ from app.dialogs import AdapterPicker
 from app.screens.compare import CompareScreen
 from app.screens.held_out import HeldOutScreen
 from app.widgets.status_bar import StatusBar
+from app.widgets.trace_tree import TraceTree
 from storage import NodeStatus, SessionStatus, TraceStore
 from tests.support.answer_task import TASK
 from tests.support.label_trees import SessionBuilder
@@ -146,10 +147,18 @@ async def test_a_b_runs_both_sides_to_an_end_and_shows_a_verdict(
         # The console's own adapter is as it was: the sides switched only per call.
         assert app.workbench.backend is not None and app.workbench.backend.active_adapter is None
         assert app.main.query_one(StatusBar).adapter == ""
+        # each side counts its ticks against the limit (there was no progress counter)
+        limit = screen.sides[BASE].live.runtime.options.max_ticks
+        for key in (BASE, TUNED):
+            head = plain(screen.query_one(f"#compare-{key} .compare-head", Static))
+            assert f"tick {screen.sides[key].tick} of {limit}" in head, head
 
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.main
+        # its two sessions are in the tree without `r` (they needed it before)
+        tree = app.main.query_one(TraceTree)
+        await until(pilot, lambda: ids <= set(tree.session_nodes), "the sessions in the tree")
 
 
 async def test_an_ending_signal_stops_both_sides_stored_aborted_with_its_name(
