@@ -70,8 +70,10 @@ vllm: $(VLLM_STAMP)
 
 # torch first: the CPU wheel on disk. Any other torch request pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml constraints.txt
+	@echo "installing into $(VENV): torch, then the console and its dependencies (a few minutes, once)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	@echo "torch is in; now the console and the rest"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
