@@ -235,6 +235,17 @@ def median(rows: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
+def plot(modes: dict[str, dict[str, bool]]) -> str:
+    """A text plot for the docs: a column per problem, `#` passed, `.` failed."""
+    ids = list(next(iter(modes.values())))
+    numbers = [task_id.rsplit("/", 1)[-1] for task_id in ids]
+    lines = [f"{'':6} first {numbers[0]}, last {numbers[-1]}, every problem one column"]
+    for mode, passed in modes.items():
+        marks = "".join("#" if passed.get(t) else "." for t in ids)
+        lines.append(f"{mode:6} {marks}  {sum(passed.get(t, False) for t in ids)}/{len(ids)}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="humaneval:held-out")
@@ -304,6 +315,7 @@ def main() -> None:
     if "plain" in results and "agent" in results:
         plain = {r["task_id"]: r["passed"] for r in results["plain"]["rows"]}
         agent = {r["task_id"]: r["passed"] for r in results["agent"]["rows"]}
+        print(plot({"plain": plain, "agent": agent}))
         print("agent only:", [t for t in agent if agent[t] and not plain.get(t)])
         print("plain only:", [t for t in agent if plain.get(t) and not agent[t]])
 
