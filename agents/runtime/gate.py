@@ -111,14 +111,26 @@ class GateSteps:
             error = forms.error_report(result.error or "the action failed")
             missed = f"action #{chosen.id} failed: {last_line(error)}"
             self.recorder.runtime_block(blocks.ERROR, error, tick_state.tick)
-            if chosen.meta.get("copy") and forms.NO_CHANGE in (result.error or ""):
-                # Every candidate repeated what is already written, the hotter round's
-                # too: another try would say it again (the coder did, three times).
+            if (
+                chosen.meta.get("copy")
+                and forms.NO_CHANGE in (result.error or "")
+                and self._answered()
+            ):
+                # Every candidate repeated what an earlier action wrote, the hotter
+                # round's too: another try would say it again (the coder did, three times).
+                # Not before the model has answered: the files are then the task's own
+                # (HumanEval/68's first action wrote the stub back; the session ended).
                 tick_state.kept = True
                 return
             # A script's error is its own report: the model writes the next try after it.
             if attempts < self.state.options.attempts and self.state.options.form == forms.CALLBACK:
                 self.sampler.generate(blocks.DEBUG, tick_state.tick)
+
+    def _answered(self) -> bool:
+        """Whether an action of this session has run: the files hold the model's answer."""
+        return any(
+            n.kind == blocks.ACTION and n.status is NodeStatus.EXECUTED for n in self.state.path
+        )
 
     def _ask(
         self,

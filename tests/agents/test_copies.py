@@ -113,3 +113,18 @@ def test_a_model_that_keeps_its_answer_ends_the_session(tmp_path: Path) -> None:
     ]  # one try, not three
     assert not [n for n in nodes if n.kind == blocks.EVALUATION and n.tick == 2]
     assert [n.tick for n in nodes if n.kind == blocks.OUTCOME] == [1, 2]
+
+
+def test_writing_the_tasks_own_file_back_is_not_an_answer_kept(tmp_path: Path) -> None:
+    """Before the model has answered, the files are the task's: an action that writes one
+    back unchanged (HumanEval/68's first action wrote the stub back) gets its other tries
+    and ticks; before, the session ended there as "the model kept its answer"."""
+    from agents.runtime.tick import KEPT
+
+    stub = {**SCRIPT_BLOCKS, "action": "# file: question.txt\nWhat is six times seven?\n"}
+    outcome, nodes, _ = run_scripted(tmp_path, stub, max_ticks=2, attempts=2, form="script")
+    assert outcome.reason != KEPT, outcome
+    assert outcome.ticks == 2
+    tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
+    assert [n.tick for n in tried] == [1, 1, 2, 2]  # every try of every tick
+    assert all(n.status is NodeStatus.FAILED for n in tried)
