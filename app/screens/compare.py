@@ -203,9 +203,9 @@ class CompareScreen(Screen[None]):
             self.query_one(f"#compare-{side.key} .compare-log", RichLog).write(text)
         if isinstance(event, StatusChanged):
             side.status = event.status.value
-        moved = isinstance(event, NodeChanged) and event.node.tick > side.tick
-        if moved:
-            side.tick = event.node.tick
+        moved = False
+        if isinstance(event, NodeChanged) and event.node.tick > side.tick:
+            side.tick, moved = event.node.tick, True
         if moved or isinstance(event, SessionStarted | StatusChanged):
             head = self.query_one(f"#compare-{side.key} .compare-head", Static)
             head.update(side_head(side, side.status))
