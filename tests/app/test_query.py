@@ -41,8 +41,12 @@ def _command(tmp_path: Path, model: Path, *args: str) -> list[str]:
 
 
 def _query(tmp_path: Path, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _finished(tmp_path, _command(tmp_path, model, *FAST, *args))
+
+
+def _finished(tmp_path: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _command(tmp_path, model, *FAST, *args),
+        command,
         env=_env(tmp_path),
         cwd=tmp_path,
         capture_output=True,
@@ -209,15 +213,8 @@ def test_a_resumed_session_runs_as_it_was_started_but_for_the_flags_given(
         )
 
     def resume(*flags: str) -> dict:
-        result = subprocess.run(
-            [*_command(tmp_path, tiny_model_dir, *flags), "--resume", "1", "--json"],
-            env=_env(tmp_path),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            stdin=subprocess.DEVNULL,
-        )
+        command = [*_command(tmp_path, tiny_model_dir, *flags), "--resume", "1", "--json"]
+        result = _finished(tmp_path, command)
         assert "Traceback" not in result.stderr, result.stderr
         with TraceStore(tmp_path / "traces.db") as store:
             decided = [d for n in store.tree(1) for d in store.decisions(n.id)]
