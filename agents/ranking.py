@@ -31,6 +31,10 @@ LINT_PENALTY = -0.5
 #: A script that only defines things (a function never called) does nothing when run.
 INERT_PENALTY = -2.0
 REPEAT_SIMILARITY = 0.9
+#: With the "greedy" pick, the greedy candidate (the first) stays chosen unless another
+#: scores this much more: the yes/no question is weak evidence next to the model's own
+#: most likely answer (an untuned value; e^3 is odds twenty times as good).
+GREEDY_MARGIN = 3.0
 #: A candidate is a copy when this share of its text lies in passages of `COPY_WINDOW`
 #: characters found verbatim in earlier text (a copied task reminder, an example block).
 COPY_SHARE = 0.75
@@ -188,7 +192,8 @@ def good_enough(kind: str, scored: Sequence[Scored], threshold: float) -> bool:
 
 
 def pick(scored: Sequence[Scored], how: str, rng: random.Random) -> int:
-    """Index of the chosen candidate: the best score (first on ties), or a softmax draw;
+    """Index of the chosen candidate: the best score (first on ties), a softmax draw, or
+    ("greedy") the first, the greedy one, unless another beats it by GREEDY_MARGIN;
     among the candidates that parse and are not copies while there is one, else among
     those that are not copies, else among those that parse."""
     everyone = list(range(len(scored)))
@@ -202,4 +207,7 @@ def pick(scored: Sequence[Scored], how: str, rng: random.Random) -> int:
         top = max(scored[i].score for i in pool)
         weights = [math.exp(scored[i].score - top) for i in pool]
         return rng.choices(pool, weights=weights)[0]
-    return max(pool, key=lambda i: (scored[i].score, -i))
+    best = max(pool, key=lambda i: (scored[i].score, -i))
+    if how == "greedy" and 0 in pool and scored[0].score + GREEDY_MARGIN >= scored[best].score:
+        return 0
+    return best

@@ -87,8 +87,10 @@ class Settings(BaseModel):
     rank_threshold: float = 1.0
     """The score a best candidate needs to stop escalation."""
 
-    pick: Literal["best", "softmax"] = "best"
-    """How the chosen candidate is picked: the best score, or a softmax draw over scores."""
+    pick: Literal["best", "softmax", "greedy"] | None = None
+    """How the chosen candidate is picked: the best score, a softmax draw over scores, or
+    the greedy candidate (sampled first) unless another scores much better. Unset: as the
+    offline model's registry entry says (greedy for the coders), else the best."""
 
     example: bool | None = None
     """Show the model a worked example tick of another task before the session's own blocks

@@ -24,6 +24,10 @@ one ran:
   candidate's place in the returned list, and the pieces of one candidate add up to its
   `text` (never the stop string). It runs on the generating thread and must be quick; it
   may call `tokenize`, but not `generate` or `score_yes_no`.
+- With `greedy_first`, the first of the `n` completions is the greedy one (each step's
+  most likely token of the distribution the others are drawn from) and the rest are drawn
+  at `temperature`; in one batch where the backend `batches_greedy`, else as a greedy
+  request and a sampled one.
 - `score_yes_no` sums probability over the single-token spellings of yes and no the
   tokenizer has ("yes", "Yes", "YES", " yes", ...) and returns ln p(yes) - ln p(no).
 """
@@ -129,6 +133,8 @@ class Sampling:
     on_token: Callable[[int, str], None] | None
     grammar: str | None
     no_repeat: int
+    #: the first completion is greedy (only asked of a backend that `batches_greedy`)
+    greedy_first: bool = False
 
 
 class Backend(ABC):
@@ -146,6 +152,8 @@ class Backend(ABC):
     device: str = "server"
     #: the model's parameter count, where known
     parameters: int | None = None
+    #: `generate(greedy_first=True)` samples the greedy row in the same batch as the rest
+    batches_greedy: bool = False
 
     def generate(
         self,
@@ -159,8 +167,10 @@ class Backend(ABC):
         on_token: Callable[[int, str], None] | None = None,
         grammar: str | None = None,
         no_repeat: int = 0,
+        greedy_first: bool = False,
     ) -> list[Candidate]:
-        """`n` sampled completions of `prompt` (greedy when temperature is 0).
+        """`n` sampled completions of `prompt` (greedy when temperature is 0; the first
+        of them greedy with `greedy_first`).
 
         `on_token`, when given, receives (candidate index, new text) as text is produced;
         `grammar` is an EBNF grammar (xgrammar's dialect, root rule `root`) every
@@ -184,7 +194,11 @@ class Backend(ABC):
         missing = [feature for feature in missing if feature not in self.features]
         if missing:
             raise self.cannot(missing)
-        greedy = temperature < GREEDY_BELOW
+        greedy = temperature < GREEDY_BELOW or (greedy_first and n == 1)
+        if greedy_first and not greedy and not self.batches_greedy:
+            return self._greedy_then_sampled(
+                prompt, n, max_tokens, stop, temperature, seed, on_token, grammar, no_repeat
+            )
         emit = on_token
         if on_token is not None and greedy and n > 1:
 
@@ -196,14 +210,60 @@ class Backend(ABC):
             n=1 if greedy else n,
             max_tokens=max_tokens,
             stop=tuple(text for text in stop if text),
-            temperature=temperature,
+            temperature=0.0 if greedy else temperature,
             seed=seed,
             on_token=emit,
             grammar=grammar,
             no_repeat=no_repeat,
+            greedy_first=greedy_first and not greedy,
         )
         candidates = self._generate(prompt, request)
         return candidates * n if greedy else candidates
+
+    def _greedy_then_sampled(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        seed: int | None,
+        on_token: Callable[[int, str], None] | None,
+        grammar: str | None,
+        no_repeat: int,
+    ) -> list[Candidate]:
+        """`greedy_first` where the backend cannot batch it: a greedy request, then the
+        other `n - 1` sampled, streamed as rows 1 and on."""
+        later = None
+        if on_token is not None:
+            stream = on_token
+
+            def later(index: int, piece: str) -> None:
+                stream(index + 1, piece)
+
+        first = self.generate(
+            prompt,
+            n=1,
+            max_tokens=max_tokens,
+            stop=stop,
+            temperature=0.0,
+            seed=seed,
+            on_token=on_token,
+            grammar=grammar,
+            no_repeat=no_repeat,
+        )
+        rest = self.generate(
+            prompt,
+            n=n - 1,
+            max_tokens=max_tokens,
+            stop=stop,
+            temperature=temperature,
+            seed=seed,
+            on_token=later,
+            grammar=grammar,
+            no_repeat=no_repeat,
+        )
+        return first + rest
 
     @abstractmethod
     def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:

@@ -28,6 +28,7 @@ class PinnedAdapter(Backend):
         self.name = inner.name
         self.model = inner.model
         self.features = inner.features
+        self.batches_greedy = inner.batches_greedy
         self.device = inner.device
         self.parameters = inner.parameters
 

@@ -64,6 +64,8 @@ class OfflineModel:
     form: str = "callback"
     #: the sampling temperature its blocks are drawn at (raw logits over it, no top-p)
     temperature: float = 0.8
+    #: how a block's chosen candidate is picked (`agents.ranking.pick`)
+    pick: str = "best"
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -79,6 +81,10 @@ class OfflineModel:
 #: (misspelt names, undefined helpers) and most fail; its maker samples at 0.7 with top-p
 #: 0.8, which the agent does not apply (logprobs stay those of the raw distribution).
 CODER_TEMPERATURE = 0.3
+#: The coders' pick: their greedy answer unless another candidate scores much better. Over
+#: the first 19 held-out HumanEval problems the yes/no ranking chose a right first action
+#: 11 times where the greedy one was right 16 times (docs/benchmarks.md).
+CODER_PICK = "greedy"
 
 
 def _chunks(
@@ -154,6 +160,7 @@ QWEN_CODER_0_5B = OfflineModel(
     prompt="chat",
     form="script",
     temperature=CODER_TEMPERATURE,
+    pick=CODER_PICK,
 )
 
 QWEN_CODER_1_5B = OfflineModel(
@@ -202,6 +209,7 @@ QWEN_CODER_1_5B = OfflineModel(
     prompt="chat",
     form="script",
     temperature=CODER_TEMPERATURE,
+    pick=CODER_PICK,
 )
 
 #: Every model the project can have with no download, in the order `models` lists them.

@@ -140,6 +140,7 @@ class TransformersBackend(_SamplingMixin, Backend):
 
     name = "transformers"
     features = frozenset({"grammar", "stream", "no-repeat"})
+    batches_greedy = True
 
     def __init__(
         self,
@@ -440,6 +441,7 @@ class TransformersBackend(_SamplingMixin, Backend):
                 compiled=compiled,
                 emit=emit,
                 no_repeat=request.no_repeat,
+                greedy_first=request.greedy_first,
             )
 
     def score_yes_no(self, prompts: Sequence[str]) -> list[float]:

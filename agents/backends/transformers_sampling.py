@@ -164,10 +164,12 @@ class _SamplingMixin:
         compiled: Any,
         emit: Callable[[int, str], None],
         no_repeat: int = 0,
+        greedy_first: bool = False,
     ) -> list[Candidate]:
         """The decoding loop: one prefill, the cache repeated for the rows, then one
         forward per step over the rows still running; a row that ends leaves the batch and
-        the cache at once. Every forward computes the vocabulary head for the last
+        the cache at once. With `greedy_first`, row 0 takes the most likely token of the
+        distribution the other rows draw from. Every forward computes the vocabulary head for the last
         position only (it dominates a step of a small model with a big vocabulary)."""
         import torch
 
@@ -229,6 +231,8 @@ class _SamplingMixin:
                 if probs.device.type == "mps":  # no float64 there
                     probs = probs.cpu()
                 picked = _draw(torch, probs, uniforms.to(probs.device)).to(logprobs.device)
+                if greedy_first and live[0] == 0:
+                    picked[0] = logprobs[0].argmax()
             else:
                 picked = logprobs.argmax(dim=-1)
             picked_logprobs = logprobs.gather(-1, picked[:, None]).squeeze(-1).tolist()

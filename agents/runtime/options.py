@@ -81,7 +81,8 @@ class RunOptions:
         """The sampling choices in one line (a session's first line says them)."""
         rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
         return (
-            f"{self.candidates} candidates a block at temperature {self.temperature:g}, "
+            f"{self.candidates} candidates a block at temperature {self.temperature:g}"
+            f"{', the first greedy' if self.pick == 'greedy' else ''}, "
             f"escalation {rounds}, "
             f"{self.block_tokens} tokens a block, {self.prompt} prompts, {self.form} blocks, "
             f"example tick {'on' if self.example else 'off'}, "
@@ -103,8 +104,8 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
     round costs a whole block again: no escalation, 256 tokens (a block of the example's
     kind is under 150). On a GPU or a server: one round of 8 more when the best is weak.
     An offline model of the registry is prompted as its entry says (an instruction-tuned
-    coder: chat turns, script blocks, its temperature, 4 candidates on a CPU, no example
-    tick, no grammar);
+    coder: chat turns, script blocks, its temperature and pick, 4 candidates on a CPU, no
+    example tick, no grammar);
     any other model as a document with callback blocks. A toy model keeps the plumbing
     tests' defaults."""
     toy = {
@@ -133,6 +134,7 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
             "prompt": entry.prompt,
             "form": entry.form,
             "temperature": entry.temperature,
+            "pick": entry.pick,
         }
     return {
         "candidates": 8,

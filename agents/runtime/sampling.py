@@ -89,6 +89,8 @@ class Sampler:
                 grammar=grammar,
                 on_token=stream.piece if "stream" in features else None,
                 no_repeat=no_repeat,
+                # the "greedy" pick's candidate: the first of the first round
+                greedy_first=round_no == 0 and self.state.options.pick == "greedy",
             )
             stream.done(candidates)
             self.state.tokens += sum(len(c.token_ids) for c in candidates)
@@ -131,6 +133,10 @@ class Sampler:
                 else:
                     draw(len(rounds) - 1)
         best = ranking.pick(scored, self.state.options.pick, self.state.rng)
+
+        def greedy_row(i: int) -> bool:
+            return i == 0 and self.state.options.pick == "greedy"
+
         digest = blocks.prompt_hash(prefix)
         exact = prompter.style == prompting.DOCUMENT
         parent = self.state.path[-1]
@@ -158,7 +164,7 @@ class Sampler:
                     token_ids=candidate.token_ids if exact else None,
                     logprobs=candidate.logprobs if exact else None,
                     sampling={
-                        "temperature": temperatures[round_no],
+                        "temperature": 0.0 if greedy_row(i) else temperatures[round_no],
                         "max_tokens": max_tokens,
                         "n": rounds[round_no],
                         "round": round_no,

@@ -223,7 +223,12 @@ RUNTIME_FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--candidates", int, "N", "candidates sampled per block (by device and model: 8, toy 4)"),
     ("--escalation", str, "N,N", "more candidates per round while the best is weak (by device)"),
     ("--rank-threshold", float, "SCORE", "best score that stops escalation (1.0)"),
-    ("--pick", str, "best|softmax", "how the chosen candidate is picked (best)"),
+    (
+        "--pick",
+        str,
+        "best|softmax|greedy",
+        "how the chosen candidate is picked (greedy for the coders, else best)",
+    ),
     ("--temperature", float, "T", "sampling temperature (0.8; the offline coders 0.3)"),
     ("--block-tokens", int, "N", "most tokens one block may take (256 on a CPU, else 512)"),
     ("--example", str, "on|off", "a worked example tick before the session (on, real models)"),

@@ -201,6 +201,19 @@ def test_ranking_and_escalation_rule() -> None:
     draws = {ranking.pick(scored, "softmax", random.Random(seed)) for seed in range(50)}
     assert draws == {1, 2}
     assert ranking.pick(broken + scored[1:], "best", random.Random(0)) == 2
+    other_action = ACTION.replace("Check the key", "Read the key")
+    # "greedy": the first (greedy) candidate, unless another beats it by the margin or it
+    # is ruled out (a copy, code that does not parse)
+    close = ranking.score_candidates(
+        "action", [ACTION, other_action], [1.0, 1.0 + ranking.GREEDY_MARGIN], earlier=[]
+    )
+    assert ranking.pick(close, "greedy", random.Random(0)) == 0
+    assert ranking.pick(close, "best", random.Random(0)) == 1
+    far = ranking.score_candidates(
+        "action", [ACTION, other_action], [1.0, 1.1 + ranking.GREEDY_MARGIN], earlier=[]
+    )
+    assert ranking.pick(far, "greedy", random.Random(0)) == 1
+    assert ranking.pick(scored, "greedy", random.Random(0)) == 2  # the first does not parse
     inf = ranking.score_candidates("orientation", ["ok"], [float("-inf")], earlier=[])
     assert inf[0].parts["evaluator"] == -20.0
 

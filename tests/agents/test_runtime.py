@@ -247,6 +247,34 @@ def test_a_hung_action_is_killed_and_the_kernel_comes_back(
     assert solved.status is NodeStatus.EXECUTED
 
 
+def test_the_greedy_pick_samples_the_greedy_candidate_first(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    """With `pick="greedy"` every block's first candidate is sampled greedily (stored at
+    temperature 0) and the others at the session's
+    temperature."""
+    runtime, _ = make_runtime(
+        sqlite_store,
+        backend,
+        tmp_path,
+        approval="deny",
+        escalation=(),
+        pick="greedy",
+        max_ticks=1,
+        attempts=1,
+    )
+    runtime.run()
+    model_blocks = [n for n in sqlite_store.tree(runtime.session_id) if n.author is Author.MODEL]
+    assert model_blocks
+    by_parent: dict[tuple[int | None, str], list[Node]] = {}
+    for node in model_blocks:
+        by_parent.setdefault((node.parent_id, node.kind), []).append(node)
+    for siblings in by_parent.values():
+        siblings.sort(key=lambda n: n.id)
+        temperatures = [n.sampling["temperature"] for n in siblings]
+        assert temperatures[0] == 0.0 and all(t > 0 for t in temperatures[1:]), temperatures
+
+
 def test_policy_deny_runs_nothing_and_truncates(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:

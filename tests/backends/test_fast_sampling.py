@@ -127,6 +127,39 @@ def test_greedy_is_the_argmax_of_a_full_forward_pass(backend: TransformersBacken
     assert cand.logprobs == pytest.approx(full_forward_logprobs(backend, prompt, cand, 0))
 
 
+@pytest.mark.parametrize("batched", [True, False])
+def test_greedy_first_is_the_greedy_answer_among_samples(
+    backend: TransformersBackend, batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row 0 is the greedy sequence, in the same batch as the samples (its logprobs under
+    their temperature) or, where a backend cannot batch it, from a greedy request first;
+    either way every row streams under its own index."""
+    monkeypatch.setattr(backend, "batches_greedy", batched)
+    prompt = backend.tokenize(PROMPT)
+    greedy = backend.generate(prompt, n=1, max_tokens=16, temperature=0)[0]
+    pieces: dict[int, list[str]] = {}
+    cands = backend.generate(
+        prompt,
+        n=4,
+        max_tokens=16,
+        temperature=1.5,
+        seed=3,
+        greedy_first=True,
+        on_token=lambda row, piece: pieces.setdefault(row, []).append(piece),
+    )
+    assert len(cands) == 4
+    assert cands[0].token_ids == greedy.token_ids
+    assert any(c.token_ids != greedy.token_ids for c in cands[1:])  # hot samples differ
+    for row, cand in enumerate(cands):
+        assert "".join(pieces.get(row, [])) == cand.text
+    if batched:
+        expected = full_forward_logprobs(backend, prompt, cands[0], 1.5)
+        assert cands[0].logprobs == pytest.approx(expected, abs=1e-4)
+    # one candidate asked for with greedy_first is the greedy one
+    alone = backend.generate(prompt, n=1, max_tokens=16, temperature=1.5, greedy_first=True)
+    assert alone[0].token_ids == greedy.token_ids
+
+
 def test_a_seed_repeats_the_sample(backend: TransformersBackend) -> None:
     first = backend.generate(PROMPT, n=4, max_tokens=12, seed=5, stop=["e"])
     assert backend.generate(PROMPT, n=4, max_tokens=12, seed=5, stop=["e"]) == first

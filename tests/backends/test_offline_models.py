@@ -20,7 +20,14 @@ import pytest
 
 from agents import forms, prompting
 from agents.backends import BackendError, offline
-from agents.backends.registry import CODER_TEMPERATURE, DEFAULT, MODELS, OfflineModel, for_model
+from agents.backends.registry import (
+    CODER_PICK,
+    CODER_TEMPERATURE,
+    DEFAULT,
+    MODELS,
+    OfflineModel,
+    for_model,
+)
 from tests.support.tiny_gguf import chunk_packages, write_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +71,8 @@ def test_the_registry_is_consistent() -> None:
         assert model.prompt in prompting.STYLES and model.form in forms.FORMS
         # a coder samples cooler than a base model (at 0.8 its scripts drift)
         assert model.temperature == (CODER_TEMPERATURE if model.instruction_tuned else 0.8)
+        # ... and keeps its greedy answer unless another candidate scores much better
+        assert model.pick == (CODER_PICK if model.instruction_tuned else "best")
         assert for_model(f"/somewhere/models/{model.name}/") is model
     assert for_model("Qwen/Qwen2.5-0.5B-Instruct") is None
 
