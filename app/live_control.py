@@ -9,7 +9,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agents.events import BlockSampled
+    from pathlib import Path
+
+    from agents.events import BlockSampled, SessionStarted
     from agents.runtime import RunOptions
     from agents.tasks import Task
     from agents.workbench import Workbench
@@ -147,13 +149,41 @@ class LiveControl:
         self.session.runtime.post_message(text)
         return True
 
+    def started(self, event: SessionStarted) -> str:
+        """The session's first line, with what a tick will cost on this machine as the
+        model's last measured block here says (the status bar says it too, until the
+        session's own first block is in), or when that will be known."""
+        from agents import speed
+
+        measured = None
+        backend = self.bench.backend
+        where = self._speed_file()
+        if backend is not None and where is not None:
+            measured = speed.recalled(where, backend.model, backend.device)
+        if measured is None:
+            return f"{event.text}. What a tick costs here shows once its first block is written."
+        tick = duration(BLOCKS_A_TICK * measured.seconds)
+        self.tick_cost = f"a tick ≈ {tick} (last time)"
+        return (
+            f"{event.text}. A tick takes about {tick} here: {measured.candidates} candidates "
+            f"of a block took {measured.seconds:.0f} s on {measured.day}."
+        )
+
+    def _speed_file(self) -> Path | None:
+        from agents import speed
+
+        if not self.bench.store_ready.is_set():
+            return None
+        return speed.speed_file(self.bench.store.url)
+
     def sampled(self, event: BlockSampled) -> str | None:
         """A block's candidates are in. From the session's first: what a tick will cost at
-        this machine's speed (the status bar's working count says it from now on) and,
-        when a tick takes over a minute, the line that tells the operator how to make it
-        faster (once)."""
-        if self.tick_cost:
+        this machine's speed (the status bar's working count says it from now on; the
+        next session's first line too) and, when a tick takes over a minute, the line
+        that tells the operator how to make it faster (once)."""
+        if self.tick_cost and not self.tick_cost.endswith("(last time)"):
             return None
+        self._remember(event)
         tick = BLOCKS_A_TICK * event.seconds
         self.tick_cost = f"a tick ≈ {duration(tick)}"
         if tick < SLOW_TICK:
@@ -165,6 +195,18 @@ class LiveControl:
             f"{duration(tick)}. Faster: fewer candidates (--candidates 2), shorter blocks "
             "(--block-tokens 256), or a model server (agent-console serve, then --base-url)"
         )
+
+    def _remember(self, event: BlockSampled) -> None:
+        from agents import speed
+
+        backend = self.bench.backend
+        where = self._speed_file()
+        if backend is None or where is None:
+            return
+        measured = speed.Measured(
+            event.candidates, event.seconds, event.tokens_per_second, speed.today()
+        )
+        speed.remember(where, backend.model, backend.device, measured)
 
     # -- what the status bar says -------------------------------------------------------
 

@@ -117,7 +117,8 @@ class LiveFeed(Widget):
         screen = self.screen
         match event := message.event:
             case SessionStarted():
-                screen.query_one(ChatLog).say("console", event.text, style="dim")
+                line = self.control.started(event)
+                screen.query_one(ChatLog).say("console", line, style="dim")
             case NodeChanged():
                 self._arrived.append(event.node)
                 self._update_tree_later()

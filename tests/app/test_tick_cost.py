@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 from textual.notifications import Notify
 
-from agents.events import BlockSampled
+from agents import speed
+from agents.backends.transformers_backend import TransformersBackend
+from agents.events import BlockSampled, SessionStarted
 from agents.settings import Settings
 from agents.workbench import Workbench
 from app import live_control
 from app.console import ConsoleApp
 from app.live_control import LiveControl
 from storage import TraceStore
-from tests.app.test_live import SIZE, settings, until
+from tests.app.test_live import SIZE, chat_lines, settings, until
 from tests.support.answer_task import TASK
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,3 +65,51 @@ async def test_a_live_session_tells_the_operator(
             await until(pilot, lambda: app.main.control.tick_cost != "", "the first block")
             await until(pilot, lambda: any("tokens/s here" in n for n in notes), "the line")
             await until(pilot, lambda: app.main.live is None, "the session to end")
+
+
+async def test_the_next_sessions_first_line_says_what_a_tick_cost_here(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The first session's line can only say when the cost will be known; its first block
+    is kept beside the store, and the next session's line (and the status bar, before
+    that session's own first block) says what a tick cost here."""
+    with TraceStore(tmp_path / "traces.db") as store:
+        first_lines = [await chat_of_one_session(store, tiny_model_dir) for _ in range(2)]
+    assert "shows once its first block is written" in first_lines[0]
+    assert "A tick takes about" in first_lines[1] and "candidates of a block took" in first_lines[1]
+    kept = speed.recalled(tmp_path / speed.SPEED_FILE, str(tiny_model_dir), "cpu")
+    assert kept is not None and kept.candidates >= 1 and kept.day == speed.today()
+    # until the session's own first block is in, the status bar says the last figure
+    with TraceStore(tmp_path / "traces.db") as store:
+        bench = Workbench(store, Settings(backend="none"))
+        bench.backend = TransformersBackend(str(tiny_model_dir))
+        control = LiveControl(bench)
+        control.started(SessionStarted(session_id=3, text="session 3", options={}))
+        assert control.tick_cost.endswith("(last time)")
+        control.sampled(block(2.0))
+        assert control.tick_cost == "a tick ≈ 8 s"
+        bench.backend.close()
+
+
+async def chat_of_one_session(store: TraceStore, model: Path) -> str:
+    """The chat pane's text once one session of the console has run to its end."""
+    app = ConsoleApp(store=store, settings=settings(model, approval="auto"), task=TASK)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: any("session " in ln for ln in chat_lines(app)), "the line")
+        await until(pilot, lambda: app.main.live is None, "the session to end")
+        return "".join(chat_lines(app))
+
+
+def test_the_speed_file_is_only_a_hint(tmp_path: Path) -> None:
+    where = tmp_path / speed.SPEED_FILE
+    assert speed.recalled(where, "m", "cpu") is None  # none kept yet
+    where.write_text("{not json")
+    assert speed.recalled(where, "m", "cpu") is None  # unreadable: no hint, no error
+    measured = speed.Measured(4, 90.0, 12.5, "2026-11-27")
+    speed.remember(where, "m", "cpu", measured)
+    speed.remember(where, "other", "cpu", speed.Measured(2, 1.0, None, "2026-11-27"))
+    assert speed.recalled(where, "m", "cpu") == measured
+    assert speed.recalled(where, "m", "cuda") is None  # another device is another speed
+    assert [p.name for p in tmp_path.iterdir()] == [speed.SPEED_FILE]  # no temp file left
+    assert speed.speed_file("sqlite:///:memory:") is None
+    assert speed.speed_file(f"sqlite:///{tmp_path}/traces.db") == where
