@@ -97,6 +97,23 @@ def read_script(kind: str, body: str) -> Script:
     return Script(title, "\n".join(lines) + "\n" if lines else "")
 
 
+def as_run(kind: str, form: str, body: str, truncated: bool) -> str:
+    """What of a block runs: all of it, but of a file block the token limit cut, the files
+    before the cut one (`kernel_code` writes no more): the coder writes solution.py whole,
+    then goes on into a test file that the limit cuts and that would not parse."""
+    if not truncated or kind != blocks.ACTION or form_of(kind, form, body) != SCRIPT:
+        return body
+    files = read_script(kind, body).files
+    if not files:
+        return body
+    return "".join(f"# {path}\n{content}" for path, content in files[:-1])
+
+
+def is_listing(text: str) -> bool:
+    """Whether `text` reads as a file block (its first line names a file)."""
+    return bool(read_script(blocks.ACTION, text).files)
+
+
 def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
     """A file block's files: each `# PATH` line and the lines up to the next one (a
     fence around a file's content read through). A path named again with nothing after it

@@ -77,6 +77,11 @@ def penalties(
             parts["lint"] = LINT_PENALTY
         elif forms.inert(kind, form, body):
             parts["inert"] = INERT_PENALTY
+    if kind == blocks.ACTION and form == forms.SCRIPT and forms.is_listing(text):
+        # A file block repeats an earlier file block, not the files it starts from: the
+        # coder's whole solution.py says the task's stub and docstring again (71 of 108
+        # first actions were copies by the task's text over 19 HumanEval problems).
+        earlier = [previous for previous in earlier if forms.is_listing(previous)]
     if is_copy(text, earlier):
         parts["repetition"] = REPEAT_PENALTY
     return parts
@@ -170,11 +175,16 @@ def score_candidates(
     log_odds: Sequence[float],
     earlier: Sequence[str],
     form: str = forms.CALLBACK,
+    truncated: Sequence[bool] | None = None,
 ) -> list[Scored]:
+    """Each body with its evaluator's log-odds and its penalties, these judged on what of
+    it runs (`forms.as_run`: a block cut by the token limit, `truncated`, runs in part)."""
+    cut = truncated if truncated is not None else [False] * len(bodies)
     out = []
-    for body, evaluator in zip(bodies, log_odds, strict=True):
+    for body, evaluator, was_cut in zip(bodies, log_odds, cut, strict=True):
         value = evaluator if math.isfinite(evaluator) else math.copysign(20.0, evaluator)
-        out.append(Scored(body, {"evaluator": value, **penalties(kind, body, earlier, form)}))
+        runs = forms.as_run(kind, form, body, was_cut)
+        out.append(Scored(body, {"evaluator": value, **penalties(kind, runs, earlier, form)}))
     return out
 
 

@@ -107,7 +107,8 @@ class Sampler:
                 for s in shown
             ]
             log_odds = self.state.backend.score_yes_no(prompts)
-            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form))
+            cut = [c.finish_reason == "length" for c in candidates]
+            scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form, cut))
             sampled.extend((c, round_no) for c in candidates)
 
         for round_no in range(len(rounds)):

@@ -128,3 +128,31 @@ def test_writing_the_tasks_own_file_back_is_not_an_answer_kept(tmp_path: Path) -
     tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
     assert [n.tick for n in tried] == [1, 1, 2, 2]  # every try of every tick
     assert all(n.status is NodeStatus.FAILED for n in tried)
+
+
+#: An action that writes solution.py whole, then goes on into a test file the token limit
+#: cuts (the coder's greedy answer to HumanEval/0 did: the cut file did not parse).
+CUT_BLOCKS = {
+    **SCRIPT_BLOCKS,
+    "action": "# solution.py\ndef f():\n    return 1\n\n# test_solution.py\n"
+    + "assert f() == 1\n" * 40,
+    "evaluation": "# f is one\nfrom solution import f\nassert f() == 1",
+}
+
+
+def test_a_file_block_cut_by_the_token_limit_is_judged_by_the_files_it_writes(
+    tmp_path: Path,
+) -> None:
+    """The block is stored as written and its cut file is not written; its ranking
+    judges what runs, so the test file the limit cut costs it no syntax penalty."""
+    outcome, nodes, _ = run_scripted(
+        tmp_path, CUT_BLOCKS, max_ticks=1, form="script", block_tokens=120
+    )
+    actions = [n for n in nodes if n.kind == blocks.ACTION]
+    assert actions and all(n.truncated and "# test_solution.py" in n.text for n in actions)
+    assert all(n.score_parts == {"evaluator": n.score_parts["evaluator"]} for n in actions)
+    ran = [n for n in actions if n.status is NodeStatus.EXECUTED]
+    assert len(ran) == 1
+    work = tmp_path / "sessions" / str(outcome.session_id) / "work"
+    assert (work / "solution.py").read_text() == "def f():\n    return 1\n"
+    assert not (work / "test_solution.py").exists()

@@ -301,3 +301,18 @@ def test_the_work_directory_view_shows_each_file_and_an_empty_one_in_a_line(
     ((title, shown),) = kernel.render_observations()
     assert title == "Work directory" and shown.ok
     assert shown.value == "--- data.csv\nname\nAna\nBen\nCleo\n--- pkg/__init__.py (empty)"
+
+
+def test_a_cut_file_block_runs_the_files_written_whole() -> None:
+    listing = "# solution.py\ndef f():\n    return 1\n\n# file: tests/test_f.py\nassert f("
+    assert forms.as_run(blocks.ACTION, forms.SCRIPT, listing, True) == (
+        "# solution.py\ndef f():\n    return 1\n"
+    )
+    assert forms.as_run(blocks.ACTION, forms.SCRIPT, listing, False) == listing
+    # a single file cut: nothing runs; a cut script or callback runs as it is
+    assert forms.as_run(blocks.ACTION, forms.SCRIPT, "# solution.py\ndef f(", True) == ""
+    script = "# print it\nprint(1)\n# a.py\nx"
+    assert forms.as_run(blocks.ACTION, forms.SCRIPT, script, True) == script
+    assert forms.as_run(blocks.ACTION, forms.CALLBACK, listing, True) == listing
+    assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, listing, True) == listing
+    assert forms.is_listing(listing) and not forms.is_listing(script)

@@ -40,8 +40,14 @@ def detokenize(ids: list[int]) -> str:
     return "".join(names.get(token) or chr(token) for token in ids)
 
 
-def _choice(index: int, text: str) -> dict[str, Any]:
+def _choice(index: int, text: str, max_tokens: int | None = None) -> dict[str, Any]:
+    """The script's `text` as a completion; cut at `max_tokens`, as vLLM cuts one, with
+    the finish reason "length"."""
     ids = tokenize(text)
+    cut = max_tokens is not None and len(ids) > max_tokens
+    if cut:
+        ids = ids[:max_tokens]
+        text = detokenize(ids)
     return {
         "index": index,
         "text": text,
@@ -52,7 +58,7 @@ def _choice(index: int, text: str) -> dict[str, Any]:
             "top_logprobs": None,
             "text_offset": list(range(len(ids))),
         },
-        "finish_reason": "stop",
+        "finish_reason": "length" if cut else "stop",
     }
 
 
@@ -109,7 +115,8 @@ def scripted_vllm(blocks: Mapping[str, str]) -> Iterator[str]:
             else:
                 text = detokenize(prompts) if isinstance(prompts[0], int) else prompts
                 kind = _HEADER.findall(text)[-1]
-                choices = [_choice(i, blocks[kind]) for i in range(body.get("n") or 1)]
+                limit = body.get("max_tokens")
+                choices = [_choice(i, blocks[kind], limit) for i in range(body.get("n") or 1)]
             reply = {"id": "c", "object": "text_completion", "created": 0, "model": SERVED}
             if not body.get("stream"):
                 self._json({**reply, "choices": choices})
