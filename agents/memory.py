@@ -34,7 +34,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,8 @@ class Hit:
     #: the block's effective label: its own, or a path label on it or below it
     label: str | None
     text: str
+    #: found by its text holding what was typed (`Memory.literal`), not by its meaning
+    literal: bool = False
 
 
 def default_index_path(store: TraceStore) -> Path:
@@ -468,6 +470,12 @@ class Memory:
                 )
             )
         return hits
+
+    def literal(self, text: str, k: int = 10) -> list[Hit]:
+        """The `k` newest blocks whose text holds `text` as typed (a name, an error, a
+        task id: what meaning alone ranks loosely), scored 1."""
+        ids = self.store.nodes_containing(text, k)
+        return [replace(hit, literal=True) for hit in self._hits([(i, 1.0) for i in ids])]
 
     def search(
         self,

@@ -446,6 +446,14 @@ SEARCH_ACTIONS = (
         "search.previous", "up", "move(-1)", "Previous", "Highlight the previous result",
         show=False,
     ),
+    Action(
+        "search.page_down", "pagedown", "page(1)", "Page down", "Scroll the results a page down",
+        show=False,
+    ),
+    Action(
+        "search.page_up", "pageup", "page(-1)", "Page up", "Scroll the results a page up",
+        show=False,
+    ),
 )  # fmt: skip
 
 SIMILAR_ACTIONS = (

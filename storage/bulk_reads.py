@@ -99,6 +99,20 @@ class BulkReadsMixin(StoreBase):
         with self._read() as conn:
             return list(conn.execute(stmt).scalars())
 
+    def nodes_containing(self, text: str, limit: int) -> list[int]:
+        """The ids of the newest `limit` blocks whose text holds `text` as it is typed
+        (LIKE: ASCII letters in any case; `%` and `_` are themselves)."""
+        if not text:
+            return []
+        stmt = (
+            select(node_t.c.id)
+            .where(node_t.c.text.contains(text, autoescape=True))
+            .order_by(node_t.c.id.desc())
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return list(conn.execute(stmt).scalars())
+
     def sessions_by_id(self, session_ids: Iterable[int]) -> dict[int, d.Session]:
         """The named sessions (those that exist) in one query."""
         wanted = sorted(set(session_ids))

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from agents.workbench import SharedMemory
     from storage.views import Sessions
 
-#: The most results a search shows.
+#: The most results a search shows, and of them the most found by their text.
 SEARCH_LIMIT = 30
+LITERAL_LIMIT = 10
 #: A search waits this long (seconds) for the next key before it embeds the text.
 TYPING_PAUSE = 0.12
 TITLE_WIDTH = 28
@@ -101,7 +102,10 @@ class SearchScreen(ModalScreen["Hit | None"]):
         with self.memory.use(lambda: worker.is_cancelled) as memory:
             if memory is None:
                 return
-            hits = memory.search(text, k=SEARCH_LIMIT)
+            literal = memory.literal(text, k=LITERAL_LIMIT)
+            found = {hit.node_id for hit in literal}
+            meant = [h for h in memory.search(text, k=SEARCH_LIMIT) if h.node_id not in found]
+            hits = literal + meant[: SEARCH_LIMIT - len(literal)]
         if worker.is_cancelled:
             return
         sessions = self.store.sessions_by_id({hit.session_id for hit in hits})
@@ -171,7 +175,12 @@ class SearchScreen(ModalScreen["Hit | None"]):
         if not text:
             self.say("type what you are looking for")
         elif hits:
-            self.say(f"{len(hits)} best matches, best first · enter jumps to the highlighted one")
+            held = sum(hit.literal for hit in hits)
+            first = f"{held} hold the text (=), then " if held else ""
+            self.say(
+                f"{first}{len(hits) - held} by meaning, best first · "
+                "enter jumps to the highlighted one"
+            )
         else:
             self.say("nothing indexed matches yet")
         if self.pick_pending:
@@ -186,7 +195,7 @@ class SearchScreen(ModalScreen["Hit | None"]):
     # -- actions ----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("pick", "move"):
+        if action in ("pick", "move", "page"):
             return bool(self.hits) or None
         return True
 
@@ -196,6 +205,13 @@ class SearchScreen(ModalScreen["Hit | None"]):
             results.action_cursor_down()
         else:
             results.action_cursor_up()
+
+    def action_page(self, step: int) -> None:
+        results = self.query_one("#search-results", OptionList)
+        if step > 0:
+            results.action_page_down()
+        else:
+            results.action_page_up()
 
     @on(Input.Submitted, "#search-input")
     def submitted(self, event: Input.Submitted) -> None:
@@ -238,9 +254,10 @@ def session_title(session: Session | None, width: int = TITLE_WIDTH) -> str:
 
 
 def result_line(hit: Hit, sessions: Mapping[int, Session]) -> Text:
-    """Score, label mark, where (session, tick, block), kind, and the block's first line."""
+    """Score (`=` for a block that holds the text), label mark, where (session, tick,
+    block), kind, and the block's first line."""
     return Text.assemble(
-        (f"{hit.score:5.2f} ", "dim"),
+        ("    = ", "bold") if hit.literal else (f"{hit.score:5.2f} ", "dim"),
         label_mark(hit.label),
         " ",
         (f"#{hit.session_id} ", "bold"),

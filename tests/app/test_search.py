@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from textual.binding import Binding
 from textual.notifications import Notify
-from textual.widgets import Input, SelectionList
+from textual.widgets import Input, OptionList, SelectionList
 
 from agents.memory import memory_available
 from agents.settings import Settings
@@ -103,6 +103,36 @@ async def test_search_ranks_the_block_first_and_enter_jumps_the_tree_to_it(
         assert selected is not None and selected.id == target.action.id
         assert "sales_2024.csv" in plain(app.query_one(BlockView))
         assert app.focused is app.query_one("#trace-tree", TraceTree)
+
+
+async def test_a_block_that_holds_the_typed_text_comes_first_and_pages_scroll(
+    store: TraceStore,
+) -> None:
+    """A name typed as it is written (an error, a task id) finds the blocks that hold it
+    before those near in meaning, marked `=`; page down moves through a long list."""
+    for i in range(14):
+        SessionBuilder(store, f"Task {i}").executed(1, f"value_{i} = compute_{i}()", alternates=0)
+    holder = SessionBuilder(store, "Weather")
+    target = holder.executed(1, "forecast = fetch('Paris')  # see ERR_QX7 in the log").action
+
+    app = console(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        screen.query_one(Input).value = "err_qx7"
+        await until(pilot, lambda: screen.shown_for == "err_qx7", "the results", timeout=60)
+        assert screen.hits[0].node_id == target.id and screen.hits[0].literal
+        assert not any(hit.literal for hit in screen.hits[1:])
+        status = plain(screen.query_one("#search-status"))
+        assert status.startswith("1 hold the text (=), then ")
+        results = screen.query_one("#search-results", OptionList)
+        assert len(screen.hits) > 10 and results.highlighted == 0
+        await pilot.press("pagedown")
+        assert results.highlighted is not None and results.highlighted > 1
+        await pilot.press("pageup")
+        assert results.highlighted == 0
 
 
 async def test_escape_leaves_the_tree_as_it_was(store: TraceStore) -> None:
