@@ -426,7 +426,7 @@ class ConsoleApp(App[None]):
             f"job {job.id} queued: {job.kind.value} → adapter {job.name}. j shows its progress.",
             markup=False,
         )
-        self.main.load_jobs()
+        self.main.jobs.load_jobs()
 
     def action_jobs(self) -> None:
         from app.screens.jobs import JobsScreen

@@ -1,10 +1,10 @@
 """The main screen: the trace tree, the selected block and its candidates, the inspector,
 the chat with the agent, and the status bar; the operator's keys.
 
-Store reads run in thread workers. The operator's live session is driven through
-`LiveControl` (`app.live_control`) and shown by `LiveFeed` (`app.widgets.live_feed`),
-which runs it in its thread worker and takes its messages; labels go through the shared
-`Labeller` (`app.labelling`).
+The screen turns keys into calls on its parts, which read the store in thread workers:
+the live session is driven through `LiveControl` (`app.live_control`) and shown by
+`LiveFeed`; labels go through `TreeLabels` (the shared `Labeller`); the training job is
+read by `JobTicker`; the selection is shown by `DetailPanes` (all in `app.widgets`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -23,28 +22,19 @@ from textual.worker import Worker
 
 from app.actions import MAIN_ACTIONS, bindings, palette
 from app.commands import Command, ScreenCommands
-from app.job_watch import JobWatch, ending_note, status_line
-from app.labelling import Given, Labeller
 from app.live_control import LiveControl
 from app.screens.asking import Asking
 from app.shared import report_failure, workbench
-from app.widgets.block_view import BlockView, Candidates
+from app.widgets.block_view import EMPTY, BlockView, Candidates
 from app.widgets.chat import ChatInput, ChatLog
+from app.widgets.detail import DetailPanes
 from app.widgets.inspector import Inspector
+from app.widgets.job_ticker import JobTicker
 from app.widgets.live_feed import LiveFeed
 from app.widgets.status_bar import StatusBar
-from app.widgets.trace_tree import (
-    BlockEntry,
-    Entry,
-    SessionEntry,
-    TickEntry,
-    TraceTree,
-)
-from storage import (
-    Label,
-    LabelValue,
-    Node,
-)
+from app.widgets.trace_tree import Entry, TraceTree
+from app.widgets.tree_labels import TreeLabels
+from storage import Label, LabelValue, Node
 
 if TYPE_CHECKING:
     from agents.memory import Hit
@@ -54,8 +44,6 @@ if TYPE_CHECKING:
     from app.live import LiveSession
     from storage import TraceStore
 
-#: How often the status bar's training job is read (seconds).
-JOBS_EVERY = 1.0
 LIVE_ACTIONS = {"step", "step_tick", "run", "pause", "stop"}
 
 
@@ -87,9 +75,10 @@ class MainScreen(Screen[None]):
         #: a block is highlighted (g and b apply), and whether it has a label (L applies):
         #: the footer is refreshed when that changes
         self.block_highlighted: tuple[bool, bool] = (False, False)
-        #: the training jobs seen running, to tell each one's end once
-        self.job_watch = JobWatch()
-        self._labeller: Labeller[None] | None = None
+        #: the status bar's training job
+        self.jobs = JobTicker()
+        #: the labels given here (g, b, u) and elsewhere, into the tree
+        self.labels = TreeLabels(self)
 
     @property
     def bench(self) -> Workbench:
@@ -110,13 +99,6 @@ class MainScreen(Screen[None]):
     def live(self) -> LiveSession | None:
         return self.control.session
 
-    @property
-    def labeller(self) -> Labeller[None]:
-        """The labels given here (`u` undoes them), once the store is open."""
-        if self._labeller is None:
-            self._labeller = Labeller(self.store)
-        return self._labeller
-
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="panes"):
@@ -124,9 +106,7 @@ class MainScreen(Screen[None]):
             with Vertical(id="detail"):
                 with Horizontal(id="block-row"):
                     with VerticalScroll(id="block-pane"):
-                        yield BlockView(
-                            "Select a block in the tree to see it here.", id="block-view"
-                        )
+                        yield BlockView(EMPTY, id="block-view")
                     with VerticalScroll(id="candidates-pane"):
                         yield Candidates(id="candidates")
                 with VerticalScroll(id="inspector-pane"):
@@ -138,7 +118,7 @@ class MainScreen(Screen[None]):
                 id="chat-input",
             )
         yield StatusBar(id="status-bar")
-        yield self.feed
+        yield from (self.feed, self.jobs, self.labels)  # no display: they work, unseen
         yield Footer()
 
     def on_mount(self) -> None:
@@ -157,8 +137,7 @@ class MainScreen(Screen[None]):
         """The store is open (the console opens it after the first frame): read it."""
         self.query_one(TraceTree).load(self.store)
         self.query_one(Inspector).store = self.store
-        self.set_interval(JOBS_EVERY, self.load_jobs)
-        self.load_jobs()
+        self.jobs.start()
 
     def on_unmount(self) -> None:
         # Leaving the console stops the agent: its thread would otherwise wait for an
@@ -186,32 +165,7 @@ class MainScreen(Screen[None]):
             self.refresh_bindings()
 
     def show_selected(self, entry: Entry) -> None:
-        tree = self.query_one(TraceTree)
-        view, candidates = self.query_one(BlockView), self.query_one(Candidates)
-        trace = tree.trace_of(entry)
-        if isinstance(entry, BlockEntry) and trace is not None:
-            node = trace.nodes.get(entry.node.id, entry.node)
-            view.show(node, trace.labels.get(node.id))
-            candidates.show(node, trace.candidates(node))
-            self.query_one(Inspector).inspect(trace, node.tick)
-        elif isinstance(entry, TickEntry) and trace is not None:
-            view.update(Text(f"tick {entry.tick}: select one of its blocks", style="dim"))
-            candidates.show(None, [])
-            self.query_one(Inspector).inspect(trace, entry.tick)
-        elif isinstance(entry, SessionEntry):
-            view.show_session(entry.session)
-            candidates.show(None, [])
-            self.query_one(Inspector).clear()
-        else:
-            view.show(None)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs")
-    def load_jobs(self) -> None:
-        text = status_line(self.store)
-        self.app.call_from_thread(setattr, self.query_one(StatusBar), "job", text)
-        for job in self.job_watch.ended(self.store):
-            note, severity = ending_note(job)
-            self.app.call_from_thread(self.notify, note, severity=severity, markup=False)
+        DetailPanes(self).show(entry)
 
     # -- live sessions ---------------------------------------------------------------------
 
@@ -251,19 +205,13 @@ class MainScreen(Screen[None]):
     def _run_live(self, options: RunOptions) -> None:
         live = self.control.session
         assert live is not None
-        self.forget_selection()  # the last session's block is not the new one's
+        DetailPanes(self).clear()  # the last session's block is not the new one's
         status = self.query_one(StatusBar)
         status.policy = options.approval
         status.session = "starting a session…"
         status.mode = live.mode
         self.feed.run(live)
         self.refresh_bindings()
-
-    def forget_selection(self) -> None:
-        """The block view, its candidates and the inspector back to empty."""
-        self.query_one(BlockView).show(None)
-        self.query_one(Candidates).show(None, [])
-        self.query_one(Inspector).clear()
 
     @on(Worker.StateChanged)
     def report_failure(self, event: Worker.StateChanged) -> None:
@@ -302,7 +250,7 @@ class MainScreen(Screen[None]):
         if action in ("label_good", "label_bad"):
             return self._selected_block() is not None or None
         if action == "undo_label":
-            return self.labeller.last is not None or None
+            return self.labels.labeller.last is not None or None
         if action == "similar":
             return self._selected_label() is not None
         if action == "decide":
@@ -397,13 +345,13 @@ class MainScreen(Screen[None]):
             self.notify("select a labelled block first", severity="warning", markup=False)
             return
         screen = SimilarScreen(self.store, self.bench.memory, label)
-        self.app.push_screen(screen, self.labels_changed)
+        self.app.push_screen(screen, self.labels.changed_elsewhere)
 
     def action_label(self) -> None:
         from app.screens.label import LabelScreen
 
         # Labels given there show in the tree when it closes.
-        self.app.push_screen(LabelScreen(self.store), self.labels_changed)
+        self.app.push_screen(LabelScreen(self.store), self.labels.changed_elsewhere)
 
     @on(Input.Submitted, "#chat-input")
     def send_chat(self, event: Input.Submitted) -> None:
@@ -433,59 +381,13 @@ class MainScreen(Screen[None]):
         return self.query_one(TraceTree).selected_label()
 
     def action_label_good(self) -> None:
-        self._label(LabelValue.GOOD)
+        self.labels.give(self._selected_block(), LabelValue.GOOD)
 
     def action_label_bad(self) -> None:
-        self._label(LabelValue.BAD)
-
-    def _label(self, value: LabelValue) -> None:
-        node = self._selected_block()
-        if node is not None:
-            self.write_label(node, value)
-
-    @work(thread=True, exit_on_error=False, group="labels")
-    def write_label(self, node: Node, value: LabelValue) -> None:
-        given = self.labeller.write(node.id, value, None)
-        read = {node.session_id: self.store.session_labels(node.session_id)}
-        self.app.call_from_thread(self.show_labels, read, given)
+        self.labels.give(self._selected_block(), LabelValue.BAD)
 
     def action_undo_label(self) -> None:
-        given = self.labeller.last
-        if given is not None:
-            self.labeller.forget(given)
-            self.retract(given)
-
-    @work(thread=True, exit_on_error=False, group="labels")
-    def retract(self, given: Given[None]) -> None:
-        warning = self.labeller.take_back(given)
-        if warning is not None:
-            self.app.call_from_thread(self.notify, warning, severity="warning", markup=False)
-        session_id = self.store.get_node(given.label.node_id).session_id
-        read = {session_id: self.store.session_labels(session_id)}
-        self.app.call_from_thread(self.show_labels, read)
-
-    def labels_changed(self, _: object = None) -> None:
-        """Labels were given elsewhere (the labelling screen): read back the open sessions'."""
-        self.reload_labels(list(self.query_one(TraceTree).traces))
-
-    @work(thread=True, exit_on_error=False, group="labels")
-    def reload_labels(self, session_ids: list[int]) -> None:
-        read = {session_id: self.store.session_labels(session_id) for session_id in session_ids}
-        self.app.call_from_thread(self.show_labels, read)
-
-    def show_labels(
-        self, read: dict[int, dict[int, Label]], given: Given[None] | None = None
-    ) -> None:
-        """Labels read back, into the tree and the block view (`given`: the label given
-        here that they follow, for `u`)."""
-        if given is not None:
-            self.labeller.record(given)
-        tree = self.query_one(TraceTree)
-        for session_id, labels in read.items():
-            tree.set_labels(session_id, labels)
-        if tree.cursor_node is not None:
-            self.show_selected(tree.cursor_node.data)
-        self.footer_for_selection(force=True)
+        self.labels.undo()
 
     # -- jumping to a block ----------------------------------------------------------------
 

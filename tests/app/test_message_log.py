@@ -217,7 +217,7 @@ async def test_a_job_that_ends_says_so_once_whatever_screen_is_open(store: Trace
     failing = store.create_job(JobKind.SFT, "sft-b")
     app = console(store)
     async with app.run_test(size=SMALL) as pilot:
-        await until(pilot, lambda: failing.id in app.main.job_watch.active, "the job watched")
+        await until(pilot, lambda: failing.id in app.main.jobs.job_watch.active, "the job watched")
         await pilot.press("m")
         await until(pilot, lambda: isinstance(app.screen, MessagesScreen), "the log")
         store.update_job(failing.id, status=JobStatus.RUNNING)
