@@ -44,6 +44,7 @@ from training.rules import count_training_data
 if TYPE_CHECKING:
     from agents.backends import Backend
     from storage import Improvement, TraceStore
+    from storage.views import Improvements
 
 #: what a run's side is called when no adapter is in use
 BASE = "base"
@@ -384,7 +385,7 @@ class Improver:
             raise Stopped(f"batch {batch_id} {status.value}")
 
 
-def promote_by_hand(store: TraceStore, run_id: int, number: int) -> str:
+def promote_by_hand(store: Improvements, run_id: int, number: int) -> str:
     """Put round `number`'s new adapter in use for the run's next rounds (the operator's
     call, over the verdict); returns its name. ImproveError when the round trained none."""
     run = store.get_improvement(run_id)

@@ -318,7 +318,7 @@ def start_held_out(origin: Screen[None]) -> None:
     pick_adapter_then(
         origin,
         "A/B on the held-out set: base model vs which adapter?",
-        lambda adapter: HeldOutScreen(bench.store, adapter, held_out_variants()),
+        lambda adapter: HeldOutScreen(adapter, held_out_variants()),
     )
 
 

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from agents.families import Variant
     from agents.runtime import Runtime
     from agents.workbench import Workbench
-    from storage import TraceStore
 
 
 def rate_text(name: str, results: list[bool]) -> Text:
@@ -51,9 +50,8 @@ class HeldOutScreen(Screen[None]):
     CSS_PATH = "compare.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings(HELD_OUT_ACTIONS)
 
-    def __init__(self, store: TraceStore, adapter: str, variants: list[Variant]) -> None:
+    def __init__(self, adapter: str, variants: list[Variant]) -> None:
         super().__init__()
-        self.store = store
         self.adapter = adapter
         self.variants = variants
         self.rows: list[Row] = [Row(v, {}) for v in variants]

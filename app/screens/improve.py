@@ -26,7 +26,8 @@ from app.shared import report_failure
 from training.improve import BASE, SideFigures, promote_by_hand, trained_adapter
 
 if TYPE_CHECKING:
-    from storage import Improvement, TraceStore
+    from storage import Improvement
+    from storage.views import Improvements
 
 POLL_EVERY = 1.0
 #: Cells of a pass rate's bar in the plot.
@@ -95,7 +96,7 @@ class ImproveScreen(Screen[None]):
     COMMANDS: ClassVar = {ImproveCommands}
     BINDINGS: ClassVar[list[BindingType]] = bindings(IMPROVE_ACTIONS)
 
-    def __init__(self, store: TraceStore) -> None:
+    def __init__(self, store: Improvements) -> None:
         super().__init__()
         self.store = store
         self.runs: list[Improvement] = []

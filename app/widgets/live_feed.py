@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from agents.runtime import Outcome
     from app.live import LiveSession
     from app.live_control import LiveControl
-    from storage import TraceStore
+    from storage.views import Sessions
 
 #: How often the status bar checks whether a live agent has gone quiet (seconds).
 WORKING_EVERY = 0.25
@@ -60,7 +60,7 @@ class FeedOwner(Protocol):
     def control(self) -> LiveControl: ...
 
     @property
-    def store(self) -> TraceStore: ...
+    def store(self) -> Sessions: ...
 
     def show_selected(self, entry: Entry) -> None: ...
 

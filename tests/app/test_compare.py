@@ -305,7 +305,7 @@ async def test_a_held_out_set_runs_each_variant_on_both_sides_with_one_seed(
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is app.main, "back")
 
-        screen = HeldOutScreen(store, "tuned", variants)
+        screen = HeldOutScreen("tuned", variants)
         await app.push_screen(screen)
         await until(pilot, lambda: app.workbench.comparing, "the set to start")
         await until(

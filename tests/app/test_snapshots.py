@@ -94,7 +94,7 @@ async def _compare(app: ConsoleApp) -> None:
 
 
 async def _held_out(app: ConsoleApp) -> None:
-    await app.push_screen(HeldOutScreen(app.store, "sft-1", held_out_variants(1)))
+    await app.push_screen(HeldOutScreen("sft-1", held_out_variants(1)))
 
 
 async def _search(app: ConsoleApp) -> None:
