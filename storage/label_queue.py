@@ -12,6 +12,14 @@ from storage import domain as d
 from storage.store_base import StoreBase, _latest_label, label_t, node_t
 
 
+def _blanks_to_spaces(text: Any) -> Any:
+    """`text` with its line breaks and tabs as spaces (SQLite's and PostgreSQL's `trim`
+    take spaces only)."""
+    for blank in ("\n", "\r", "\t"):
+        text = func.replace(text, blank, " ")
+    return text
+
+
 class LabelQueueMixin(StoreBase):
     """The queue of unlabelled branches, and the labels in effect on given nodes (a path
     label covers its node and every ancestor)."""
@@ -27,9 +35,9 @@ class LabelQueueMixin(StoreBase):
         session_id: int | None = None,
         kind: str = "action",
     ) -> list[d.Node]:
-        """Blocks of `kind` (of any status, alternates too) that no effective label covers
-        (their own, or a path label on them or on a descendant): newest session first,
-        then latest tick, then newest node. `after` is the (session id, tick, node id) of
+        """Blocks of `kind` (of any status, alternates too) with some text that no
+        effective label covers (their own, or a path label on them or on a descendant):
+        newest session first, then latest tick, then newest node. `after` is the (session id, tick, node id) of
         the last one seen, so the next page starts past it even while labels are given."""
         stmt = (
             select(*cv.NODE_LIGHT_COLUMNS)
@@ -84,6 +92,8 @@ class LabelQueueMixin(StoreBase):
         )
         conditions: list[Any] = [
             node_t.c.kind == kind,
+            # a block with no text has nothing to judge (a toy model's A/B left hundreds)
+            func.trim(_blanks_to_spaces(node_t.c.text)) != "",
             node_t.c.id.not_in(select(effective.c.node_id)),
             node_t.c.id.not_in(select(covered.c.id)),
         ]

@@ -845,3 +845,15 @@ def test_adapters(store: TraceStore, tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match="no job"):
         store.register_adapter("orphan", base_model="q", path="/d", job_id=job.id + 100)
     assert len(store.list_adapters()) == 2
+
+
+def test_the_label_queue_leaves_out_blocks_with_no_text(store: TraceStore) -> None:
+    """A block with nothing in it has nothing to judge: a toy model's A/B left hundreds
+    of blank candidates in the queue."""
+    session = store.create_session(task="t")
+    kept = store.add_nodes(
+        session.id,
+        [_node("x = 1", tick=1), _node(" \n\t\r ", tick=1), _node("", tick=1), _node(" y", tick=2)],
+    )
+    assert [n.id for n in store.label_queue()] == [kept[3].id, kept[0].id]
+    assert store.count_label_queue() == 2
