@@ -306,9 +306,14 @@ class ApprovalScreen(ModalScreen[Answer]):
         self._pick(self.request.alternates[number - 1])
 
     def _pick(self, alternate: Node) -> None:
-        # the action runs in the sandbox next: seconds before anything else shows
+        # the model writes the expectation, then the action runs: seconds before anything
+        # else shows
         if self.is_current:
-            self.notify(f"alternate #{alternate.id} picked: it runs now", markup=False)
+            self.notify(
+                f"alternate #{alternate.id} picked: it runs once the model has written "
+                "what it expects of it",
+                markup=False,
+            )
         self.decide(Answer.pick(alternate.id))
 
     def action_copy(self) -> None:

@@ -149,7 +149,10 @@ async def test_pick_the_highlighted_alternate(request_: ApprovalRequest) -> None
         picked = request_.alternates[1].id
         assert app.decisions == [Answer.pick(picked)]
         # said at once: the action runs in the sandbox next, seconds before anything shows
-        assert f"alternate #{picked} picked: it runs now" in notes.texts()
+        assert (
+            f"alternate #{picked} picked: it runs once the model has written what it expects of it"
+            in notes.texts()
+        )
 
 
 async def test_a_digit_picks_that_alternate(request_: ApprovalRequest) -> None:
