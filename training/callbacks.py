@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from training.jobs import CHECKPOINT_PREFIX
+from training.job_files import CHECKPOINT_PREFIX
 from training.report import Reporter, cancel_requested
 
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from storage import JobKind
 from training.errors import TrainingError
-from training.jobs import DATASET_NAME, JobOptions, job_dir
+from training.job_files import DATASET_NAME, job_dir
+from training.jobs import JobOptions
 
 if TYPE_CHECKING:
     from storage import Job, TraceStore

@@ -1,7 +1,8 @@
 """Training jobs: queue one, run it in a detached worker process, follow, cancel, resume,
 and notice a worker that died.
 
-A job is a `job` row (its options in `config`) plus a folder, `<data dir>/jobs/<id>/`:
+A job is a `job` row (its options in `config`) plus a folder, `<data dir>/jobs/<id>/`
+(`training.job_files` says where each file is; `training.job_lines` prints progress):
 
     worker.log        the worker's stdout and stderr (tracebacks land here)
     dataset.jsonl     the rows it trains on, built once (a resumed job reuses them)
@@ -36,7 +37,6 @@ this module without loading torch.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -50,18 +50,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from storage import Job, JobEvent, JobKind, JobStatus, NotFoundError
+from training.job_files import checkpoints_dir, job_dir, last_checkpoint, log_path
 
 if TYPE_CHECKING:
     from storage import TraceStore
     from storage.views import JobWrites
 
 WORKER_MODULE = "training.worker"
-LOG_NAME = "worker.log"
-DATASET_NAME = "dataset.jsonl"
-CHECKPOINTS = "checkpoints"
-CHECKPOINT_PREFIX = "checkpoint-"
-#: Written into an adapter folder before it is renamed into place: which job made it.
-ADAPTER_MARKER = "agent_console_job.json"
 
 ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.CANCELLING})
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
@@ -161,57 +156,6 @@ class JobOptions:
         values = {k: v for k, v in config.items() if k in known}
         values["kind"] = JobKind(values["kind"])
         return cls(**values)
-
-
-# -- where a job's files are ------------------------------------------------------------------
-
-
-def job_dir(job: Job) -> Path:
-    return Path(job.config["data_dir"]) / "jobs" / str(job.id)
-
-
-def log_path(job: Job) -> Path:
-    return job_dir(job) / LOG_NAME
-
-
-def checkpoints_dir(job: Job) -> Path:
-    return job_dir(job) / CHECKPOINTS
-
-
-def adapters_dir(data_dir: Path | str) -> Path:
-    return Path(data_dir) / "adapters"
-
-
-def adapter_path(job: Job) -> Path:
-    return adapters_dir(job.config["data_dir"]) / job.name
-
-
-def checkpoint_step(path: Path) -> int | None:
-    if not path.name.startswith(CHECKPOINT_PREFIX):
-        return None
-    try:
-        return int(path.name[len(CHECKPOINT_PREFIX) :])
-    except ValueError:
-        return None
-
-
-def checkpoint_complete(path: Path) -> bool:
-    """The trainer writes `trainer_state.json` last: a checkpoint with a readable one is
-    whole; one cut short by a kill mid-save is not."""
-    try:
-        json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def last_checkpoint(folder: Path) -> Path | None:
-    """The complete checkpoint with the highest step in `folder`, if any."""
-    if not folder.is_dir():
-        return None
-    found = [(checkpoint_step(p), p) for p in folder.iterdir() if p.is_dir()]
-    ordered = sorted(((s, p) for s, p in found if s is not None), reverse=True)
-    return next((p for _, p in ordered if checkpoint_complete(p)), None)
 
 
 # -- parsing what the CLI takes ----------------------------------------------------------------
@@ -607,52 +551,3 @@ def follow(
             reap_dead_jobs(store, [job])
         if not events:
             sleep(poll)
-
-
-# -- showing progress -------------------------------------------------------------------------
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "--:--"
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def format_rate(tokens_per_second: float | None) -> str:
-    if tokens_per_second is None:
-        return "-"
-    if tokens_per_second >= 1000:
-        return f"{tokens_per_second / 1000:.1f}k"
-    return f"{tokens_per_second:.0f}"
-
-
-def progress_line(data: dict[str, Any], *, width: int = 24) -> str:
-    """`[######------]  45% step 90/200 loss 2.314 lr 1.8e-04 1.2k tok/s ETA 1:30`"""
-    step = int(data.get("step") or 0)
-    total = int(data.get("total_steps") or 0)
-    fraction = min(1.0, step / total) if total else 0.0
-    filled = round(fraction * width)
-    parts = [f"[{'#' * filled}{'-' * (width - filled)}] {fraction * 100:3.0f}%"]
-    parts.append(f"step {step}/{total or '?'}")
-    if data.get("loss") is not None:
-        parts.append(f"loss {data['loss']:.4f}")
-    if data.get("learning_rate") is not None:
-        parts.append(f"lr {data['learning_rate']:.1e}")
-    if data.get("tokens_per_second") is not None:
-        parts.append(f"{format_rate(data['tokens_per_second'])} tok/s")
-    parts.append(f"ETA {format_duration(data.get('eta_seconds'))}")
-    return " ".join(parts)
-
-
-def event_line(event: JobEvent) -> str:
-    """One line for an event, as `train logs` and `--follow` print it."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(event.created_at))
-    if event.kind == "progress":
-        return f"{stamp} progress {progress_line(event.data)}"
-    text = event.message or ""
-    if not text and event.data:
-        text = json.dumps(event.data, sort_keys=True, default=str)
-    return f"{stamp} {event.kind} {text}".rstrip()

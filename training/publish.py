@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage import NotFoundError
 from training.errors import TrainingError
-from training.jobs import ADAPTER_MARKER, adapter_path
+from training.job_files import ADAPTER_MARKER, adapter_path
 
 if TYPE_CHECKING:
     from storage import Job

@@ -46,14 +46,14 @@ from training.job_dataset import (
     fit_prompts,
     load_rows,
 )
-from training.jobs import (
-    JobOptions,
+from training.job_files import (
     adapter_path,
     checkpoint_step,
     checkpoints_dir,
     job_dir,
     last_checkpoint,
 )
+from training.jobs import JobOptions
 from training.losses import _completion_compute_loss, compact_fused_head, completion_loss
 from training.plan import (
     EFFECTIVE_BATCH,

@@ -318,7 +318,8 @@ def cancel(store: TraceStore, job: int) -> int:
 
 def resume(store: TraceStore, job: int, *, follow: bool) -> int:
     from storage import JobStatus
-    from training.jobs import checkpoints_dir, last_checkpoint, resume_job
+    from training.job_files import checkpoints_dir, last_checkpoint
+    from training.jobs import resume_job
 
     resumed = resume_job(store, job)
     if resumed.status is JobStatus.COMPLETED:
@@ -337,7 +338,8 @@ def follow_job(store: TraceStore, job: int, out: TextIO | None = None) -> int:
     """A progress bar (a line per update when not on a terminal) until the job ends.
     Ctrl-C stops following; the job goes on."""
     from storage import Job, JobStatus
-    from training.jobs import follow, progress_line
+    from training.job_lines import progress_line
+    from training.jobs import follow
 
     out = out or sys.stdout
     live = out.isatty()
@@ -431,14 +433,9 @@ def _short(text: str, width: int = 40) -> str:
 
 
 def show_job(store: TraceStore, job_number: int) -> int:
-    from training.jobs import (
-        checkpoints_dir,
-        format_duration,
-        get_job,
-        last_checkpoint,
-        log_path,
-        progress_line,
-    )
+    from training.job_files import checkpoints_dir, last_checkpoint, log_path
+    from training.job_lines import format_duration, progress_line
+    from training.jobs import get_job
 
     job = get_job(store, job_number)
     config = job.config
@@ -480,7 +477,9 @@ def show_job(store: TraceStore, job_number: int) -> int:
 
 
 def show_logs(store: TraceStore, job_number: int, *, follow: bool) -> int:
-    from training.jobs import FINISHED, event_line, get_job, log_path, reap_dead_jobs
+    from training.job_files import log_path
+    from training.job_lines import event_line
+    from training.jobs import FINISHED, get_job, reap_dead_jobs
 
     job = get_job(store, job_number)
     path = log_path(job) if "data_dir" in job.config else None

@@ -33,16 +33,13 @@ from storage import Job, JobEvent, JobStatus
 
 if TYPE_CHECKING:
     from storage import TraceStore
+from training.job_lines import event_line, format_duration, format_rate, progress_line
 from training.jobs import (
     ACTIVE,
     FINISHED,
     RESUMABLE,
     JobError,
     cancel_job,
-    event_line,
-    format_duration,
-    format_rate,
-    progress_line,
     reap_dead_jobs,
     resume_job,
 )

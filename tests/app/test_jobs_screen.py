@@ -31,7 +31,8 @@ from app.widgets.status_bar import StatusBar
 from storage import Job, JobKind, JobStatus, TraceStore
 from tests.support.label_trees import SessionBuilder
 from tests.support.pilot import Notes, plain, settle, until
-from training.jobs import JobOptions, log_path, needed_labels_message, queue_job, worker_alive
+from training.job_files import log_path
+from training.jobs import JobOptions, needed_labels_message, queue_job, worker_alive
 from training.rules import count_training_data
 
 pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]

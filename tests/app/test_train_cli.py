@@ -22,7 +22,8 @@ from storage import JobStatus, TraceStore
 from tests.app.test_cli import SCRIPT, _env, _one_error_line
 from tests.app.test_query import FAST, _task
 from tests.support.label_trees import SessionBuilder
-from training.jobs import checkpoints_dir, last_checkpoint, worker_alive
+from training.job_files import checkpoints_dir, last_checkpoint
+from training.jobs import worker_alive
 
 pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(300)]
 

@@ -46,17 +46,15 @@ from agents.backends.lora import read_adapter, safetensors_problem
 from storage import Job, JobKind, JobStatus, TraceStore
 from tests.app.test_cli import SCRIPT
 from tests.support.label_trees import SessionBuilder
-from training.jobs import (
-    JobOptions,
+from training.job_files import (
     adapter_path,
     checkpoint_complete,
     checkpoint_step,
     checkpoints_dir,
     last_checkpoint,
     log_path,
-    queue_job,
-    worker_alive,
 )
+from training.jobs import JobOptions, queue_job, worker_alive
 
 pytestmark = [pytest.mark.worker, pytest.mark.cli, pytest.mark.timeout(900)]
 

@@ -32,17 +32,13 @@ from agents.backends.lora import read_adapter
 from storage import Job, JobEvent, JobKind, JobStatus, TraceStore
 from tests.backends.vllm_server import SERVED_NAME, VLLMServer
 from tests.support.label_trees import SessionBuilder
+from training.job_files import checkpoint_step, checkpoints_dir, job_dir, last_checkpoint, log_path
 from training.jobs import (
     RESUMABLE,
     JobError,
     JobOptions,
     NotEnoughDataError,
     cancel_job,
-    checkpoint_step,
-    checkpoints_dir,
-    job_dir,
-    last_checkpoint,
-    log_path,
     queue_job,
     reap_dead_jobs,
     resume_job,

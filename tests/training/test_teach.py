@@ -13,7 +13,8 @@ from agents.runtime import Outcome, Runtime
 from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
 from tests.support.runs import options
 from training.datasets import iter_rows
-from training.jobs import JobError, JobOptions, follow, log_path, queue_job
+from training.job_files import log_path
+from training.jobs import JobError, JobOptions, follow, queue_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
