@@ -109,20 +109,22 @@ def as_run(kind: str, form: str, body: str, truncated: bool) -> str:
     return "".join(f"# {path}\n{content}" for path, content in files[:-1])
 
 
-def is_listing(text: str) -> bool:
-    """Whether `text` reads as a file block (its first line names a file)."""
-    return bool(read_script(blocks.ACTION, text).files)
-
-
 def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
     """A file block's files: each `# PATH` line and the lines up to the next one (a
-    fence around a file's content read through). A path named again with nothing after it
-    (the 0.5B coder ends a listing so) keeps the content it had."""
+    fence around a file's content read through). A `# PATH` line right after another,
+    with nothing between, is the first file's opening comment, not a file of its own (the
+    coder writes "# evaluation.py" then "# solution.py" over a test script: read as two
+    files, the test overwrote its solution), unless the first said it is `(empty)`. A path
+    named again with nothing after it (the 0.5B coder ends a listing so) keeps the
+    content it had."""
     sections: list[tuple[str, list[str]]] = []
+    empty = False  # the last `# PATH` line said `(empty)`
     for line in lines:
         match = _FILE_LINE.match(line.strip())
-        if match:
+        opening = bool(sections) and not empty and not any(s.strip() for s in sections[-1][1])
+        if match and not opening:
             sections.append((match[1] or match[2], []))
+            empty = line.strip().endswith("(empty)")
         else:
             sections[-1][1].append(line)
     files: dict[str, str] = {}

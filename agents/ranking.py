@@ -77,11 +77,6 @@ def penalties(
             parts["lint"] = LINT_PENALTY
         elif forms.inert(kind, form, body):
             parts["inert"] = INERT_PENALTY
-    if kind == blocks.ACTION and form == forms.SCRIPT and forms.is_listing(text):
-        # A file block repeats an earlier file block, not the files it starts from: the
-        # coder's whole solution.py says the task's stub and docstring again (71 of 108
-        # first actions were copies by the task's text over 19 HumanEval problems).
-        earlier = [previous for previous in earlier if forms.is_listing(previous)]
     if is_copy(text, earlier):
         parts["repetition"] = REPEAT_PENALTY
     return parts

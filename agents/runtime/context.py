@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from agents import blocks
+from agents import blocks, forms
 from agents.example import EXAMPLE_META, example_bodies
 from storage import Node
 
@@ -69,9 +69,15 @@ class ContextWindow:
         return len(self.backend.tokenize(text))
 
 
-def earlier_texts(path: Sequence[Node]) -> list[str]:
-    """What a new block must not copy: every block of the path (the task, its
-    reminders and observations included) and the worked example's blocks."""
+def earlier_texts(path: Sequence[Node], kind: str = "", form: str = forms.CALLBACK) -> list[str]:
+    """What a new block of `kind` must not copy: every block of the path (the task, its
+    reminders and observations included) and the worked example's blocks. In script form
+    an action or an evaluation copies only an earlier block of its kind: a whole
+    solution.py says its stub again, and a check the task's examples or the test the
+    action wrote (over 19 HumanEval problems, 71 of 108 first actions and 44 of 92 first
+    checks counted as copies of the task's text or the action's)."""
+    if form == forms.SCRIPT and kind in forms.SCRIPT_KINDS:
+        return [n.text for n in path if n.kind == kind]
     texts = [n.text for n in path]
     genesis = path[0] if path else None
     if genesis is not None and isinstance(genesis.meta.get(EXAMPLE_META), int):

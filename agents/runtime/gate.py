@@ -221,7 +221,7 @@ class GateSteps:
         """The operator's text as a new sibling of the model's action, scored like it."""
         prefix = prefix_before(self.state.path, action)
         question = blocks.QUESTIONS[blocks.ACTION]
-        earlier = earlier_texts(self.state.path)
+        earlier = earlier_texts(self.state.path, blocks.ACTION, self.state.options.form)
         meta: dict[str, Any] = {}
         # The store keeps the whole edit (it is what runs); the context shows it capped.
         shown = text

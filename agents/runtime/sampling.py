@@ -56,7 +56,7 @@ class Sampler:
         prefix = context + header.text()
         prompt = prompter.block(context, header.text(), kind, self.state.path, collapsed)
         max_tokens = prompter.max_tokens(kind, self.state.options.block_tokens)
-        earlier = earlier_texts(self.state.path)
+        earlier = earlier_texts(self.state.path, kind, form)
         if prompter.style == prompting.CHAT:  # saying the ask back is a copy too
             earlier += prompting.asks(form)
         features = self.state.backend.features

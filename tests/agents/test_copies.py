@@ -17,6 +17,7 @@ from agents.backends.openai_backend import OpenAIBackend
 from agents.runtime import HOT_TEMPERATURE, Outcome
 from agents.sandbox import sandbox_status
 from storage import Node, NodeStatus, Session, SessionStatus, TraceStore
+from tests.support.answer_task import TASK
 from tests.support.runs import make_runtime
 from tests.support.scripted_vllm import SERVED, scripted_vllm
 
@@ -156,3 +157,24 @@ def test_a_file_block_cut_by_the_token_limit_is_judged_by_the_files_it_writes(
     work = tmp_path / "sessions" / str(outcome.session_id) / "work"
     assert (work / "solution.py").read_text() == "def f():\n    return 1\n"
     assert not (work / "test_solution.py").exists()
+
+
+#: A whole file that says the task's text again and a check that says the action's test
+#: again: in script form neither is a copy (only an earlier block of its kind would be).
+SAYS_AGAIN = {
+    **SCRIPT_BLOCKS,
+    "action": "# notes.txt\n"
+    + TASK.prompt
+    + "\n\n# check.py\nfrom pathlib import Path\nassert Path('notes.txt').read_text()\n",
+    "evaluation": "# check.py\nfrom pathlib import Path\nassert Path('notes.txt').read_text()\n",
+}
+
+
+def test_a_script_block_is_a_copy_only_of_an_earlier_block_of_its_kind(tmp_path: Path) -> None:
+    _, nodes, _ = run_scripted(tmp_path, SAYS_AGAIN, max_ticks=2, form="script")
+    first = [n for n in nodes if n.tick == 1 and n.kind in (blocks.ACTION, blocks.EVALUATION)]
+    assert first and not any("repetition" in n.score_parts for n in first)
+    assert all(n.sampling["round"] == 0 for n in first)  # no hotter round was needed
+    # the second tick's action says the first's again: that is a copy
+    again = [n for n in nodes if n.tick == 2 and n.kind == blocks.ACTION]
+    assert again and all("repetition" in n.score_parts for n in again)

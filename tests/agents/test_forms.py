@@ -315,4 +315,23 @@ def test_a_cut_file_block_runs_the_files_written_whole() -> None:
     assert forms.as_run(blocks.ACTION, forms.SCRIPT, script, True) == script
     assert forms.as_run(blocks.ACTION, forms.CALLBACK, listing, True) == listing
     assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, listing, True) == listing
-    assert forms.is_listing(listing) and not forms.is_listing(script)
+
+
+def test_a_file_name_right_after_another_is_the_first_files_opening_comment() -> None:
+    """The coder heads a test script "# evaluation.py" then "# solution.py": one file,
+    the test, whose first line names what it tests; read as two, the test overwrote the
+    solution written above it (HumanEval/4's right answer was lost so)."""
+    body = (
+        "# solution.py\ndef f():\n    return 1\n\n"
+        "# evaluation.py\n# solution.py\nfrom solution import f\nassert f() == 1\n"
+    )
+    assert forms.read_script(blocks.ACTION, body).files == (
+        ("solution.py", "def f():\n    return 1\n"),
+        ("evaluation.py", "# solution.py\nfrom solution import f\nassert f() == 1\n"),
+    )
+    # a file the listing says is empty is one, and the next name is a file of its own
+    empty = "# pkg/__init__.py (empty)\n# pkg/ops.py\nX = 1\n"
+    assert forms.read_script(blocks.ACTION, empty).files == (
+        ("pkg/__init__.py", ""),
+        ("pkg/ops.py", "X = 1\n"),
+    )

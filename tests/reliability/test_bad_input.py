@@ -210,7 +210,12 @@ FLAG_CASES = [
     case("temperature-negative", "--temperature -1", USAGE, "command line: temperature:"),
     case("request-timeout-zero", "--request-timeout 0", USAGE, "request_timeout:"),
     case("escalation-not-counts", "--escalation 4,x", USAGE, "escalation: expected comma"),
-    case("pick-unknown", "--pick random", USAGE, "pick: Input should be 'best', 'softmax' or 'greedy'"),
+    case(
+        "pick-unknown",
+        "--pick random",
+        USAGE,
+        "pick: Input should be 'best', 'softmax' or 'greedy'",
+    ),
     case("memory-not-bool", "--memory maybe", USAGE, "memory: Input should be a valid boolean"),
     case("db-without-value", "--db", USAGE, "argument --db: expected one argument"),
     case("backend-unknown", "--backend gpu", USAGE, "invalid choice: 'gpu'"),
