@@ -35,6 +35,7 @@ one ran:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from abc import ABC, abstractmethod
@@ -196,9 +197,20 @@ class Backend(ABC):
             raise self.cannot(missing)
         greedy = temperature < GREEDY_BELOW or (greedy_first and n == 1)
         if greedy_first and not greedy and not self.batches_greedy:
-            return self._greedy_then_sampled(
-                prompt, n, max_tokens, stop, temperature, seed, on_token, grammar, no_repeat
-            )
+            # a greedy request, then the other n - 1 sampled, streamed as rows 1 and on
+            ask = functools.partial(
+                self.generate, prompt, max_tokens=max_tokens, stop=stop, seed=seed,
+                grammar=grammar, no_repeat=no_repeat,
+            )  # fmt: skip
+            later = None
+            if on_token is not None:
+                stream = on_token
+
+                def later(index: int, piece: str) -> None:
+                    stream(index + 1, piece)
+
+            first = ask(n=1, temperature=0.0, on_token=on_token)
+            return first + ask(n=n - 1, temperature=temperature, on_token=later)
         emit = on_token
         if on_token is not None and greedy and n > 1:
 
@@ -219,51 +231,6 @@ class Backend(ABC):
         )
         candidates = self._generate(prompt, request)
         return candidates * n if greedy else candidates
-
-    def _greedy_then_sampled(
-        self,
-        prompt: Prompt,
-        n: int,
-        max_tokens: int,
-        stop: Sequence[str],
-        temperature: float,
-        seed: int | None,
-        on_token: Callable[[int, str], None] | None,
-        grammar: str | None,
-        no_repeat: int,
-    ) -> list[Candidate]:
-        """`greedy_first` where the backend cannot batch it: a greedy request, then the
-        other `n - 1` sampled, streamed as rows 1 and on."""
-        later = None
-        if on_token is not None:
-            stream = on_token
-
-            def later(index: int, piece: str) -> None:
-                stream(index + 1, piece)
-
-        first = self.generate(
-            prompt,
-            n=1,
-            max_tokens=max_tokens,
-            stop=stop,
-            temperature=0.0,
-            seed=seed,
-            on_token=on_token,
-            grammar=grammar,
-            no_repeat=no_repeat,
-        )
-        rest = self.generate(
-            prompt,
-            n=n - 1,
-            max_tokens=max_tokens,
-            stop=stop,
-            temperature=temperature,
-            seed=seed,
-            on_token=later,
-            grammar=grammar,
-            no_repeat=no_repeat,
-        )
-        return first + rest
 
     @abstractmethod
     def _generate(self, prompt: Prompt, request: Sampling) -> list[Candidate]:
