@@ -72,11 +72,11 @@ class ContextWindow:
 def earlier_texts(path: Sequence[Node], kind: str = "", form: str = forms.CALLBACK) -> list[str]:
     """What a new block of `kind` must not copy: every block of the path (the task, its
     reminders and observations included) and the worked example's blocks. In script form
-    an action or an evaluation copies only an earlier block of its kind: a whole
-    solution.py says its stub again, and a check the task's examples or the test the
-    action wrote (over 19 HumanEval problems, 71 of 108 first actions and 44 of 92 first
-    checks counted as copies of the task's text or the action's)."""
-    if form == forms.SCRIPT and kind in forms.SCRIPT_KINDS:
+    an action copies only an earlier action: a whole solution.py says its stub again
+    (over 19 HumanEval problems 71 of 108 first actions counted as copies of the task's
+    text). A check still copies the action when it says the solution again: cut by the
+    token limit, such checks did not parse, where those that only test did."""
+    if form == forms.SCRIPT and kind == blocks.ACTION:
         return [n.text for n in path if n.kind == kind]
     texts = [n.text for n in path]
     genesis = path[0] if path else None

@@ -159,22 +159,22 @@ def test_a_file_block_cut_by_the_token_limit_is_judged_by_the_files_it_writes(
     assert not (work / "test_solution.py").exists()
 
 
-#: A whole file that says the task's text again and a check that says the action's test
-#: again: in script form neither is a copy (only an earlier block of its kind would be).
+#: A whole file that says the task's text again: in script form no copy (only an earlier
+#: action would be); a check that says the action's file again is one.
 SAYS_AGAIN = {
     **SCRIPT_BLOCKS,
-    "action": "# notes.txt\n"
-    + TASK.prompt
-    + "\n\n# check.py\nfrom pathlib import Path\nassert Path('notes.txt').read_text()\n",
-    "evaluation": "# check.py\nfrom pathlib import Path\nassert Path('notes.txt').read_text()\n",
+    "action": "# notes.txt\n" + TASK.prompt + "\n",
+    "evaluation": "# notes.txt\n" + TASK.prompt + "\n",
 }
 
 
-def test_a_script_block_is_a_copy_only_of_an_earlier_block_of_its_kind(tmp_path: Path) -> None:
+def test_an_action_is_a_copy_only_of_an_earlier_action(tmp_path: Path) -> None:
     _, nodes, _ = run_scripted(tmp_path, SAYS_AGAIN, max_ticks=2, form="script")
-    first = [n for n in nodes if n.tick == 1 and n.kind in (blocks.ACTION, blocks.EVALUATION)]
+    first = [n for n in nodes if n.tick == 1 and n.kind == blocks.ACTION]
     assert first and not any("repetition" in n.score_parts for n in first)
     assert all(n.sampling["round"] == 0 for n in first)  # no hotter round was needed
+    checks = [n for n in nodes if n.tick == 1 and n.kind == blocks.EVALUATION]
+    assert checks and all("repetition" in n.score_parts for n in checks)
     # the second tick's action says the first's again: that is a copy
     again = [n for n in nodes if n.tick == 2 and n.kind == blocks.ACTION]
     assert again and all("repetition" in n.score_parts for n in again)
