@@ -151,12 +151,21 @@ def chat_turns(path: Sequence[Node], collapsed: Sequence[int], form: str) -> Mes
             if node.kind in blocks.MODEL_KINDS:
                 pending.append(given.get(node.kind) or ask(node.kind, form))
                 messages.append({"role": "user", "content": "\n\n".join(pending)})
-                messages.append({"role": "assistant", "content": reply(node.kind, node.text)})
+                messages.append(
+                    {"role": "assistant", "content": reply(node.kind, said(node, form))}
+                )
                 pending = []
             else:
                 pending.append(_runtime_turn(node.kind, node.text, node.tick, node.meta))
     messages.append({"role": "user", "content": "\n\n".join(pending)})
     return messages
+
+
+def said(node: Node, form: str) -> str:
+    """A model block as its reply shows it later: of a file block the token limit cut, the
+    files it wrote (`forms.as_run`). Shown cut off mid-line inside its fence, the coder took
+    that for how a block ends and cut its next ones there."""
+    return forms.as_run(node.kind, form, node.text, node.truncated) or node.text
 
 
 #: A chat model's code block is its reply begun with this fence (so it writes code, not

@@ -12,7 +12,7 @@ import pytest
 from agents import blocks, forms, prompting, ranking
 from agents.approval import Answer
 from agents.sandbox import CallResult, Kernel, Limits
-from storage import Author, JobKind, NodeStatus, SessionStatus, TraceStore
+from storage import Author, JobKind, NewNode, NodeStatus, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
 from training.datasets import iter_rows, write_jsonl
 from training.job_dataset import load_rows
@@ -335,3 +335,20 @@ def test_a_file_name_right_after_another_is_the_first_files_opening_comment() ->
         ("pkg/__init__.py", ""),
         ("pkg/ops.py", "X = 1\n"),
     )
+
+
+def test_a_cut_file_block_is_said_back_as_the_files_it_wrote(tmp_path: Path) -> None:
+    """Shown cut off mid-line inside its fence, the coder took a cut action for how a
+    block ends and cut its next check at the same place; its later turns show the files
+    the action wrote."""
+    cut = "# solution.py\ndef f():\n    return 1\n\n# evaluation.py\nassert f(1, 2,"
+    with TraceStore(tmp_path / "traces.db") as store:
+        session = store.create_session(task="t")
+        first = store.add_node(session.id, NewNode(kind=blocks.GENESIS, text="the task"))
+        action = store.add_node(
+            session.id,
+            NewNode(kind=blocks.ACTION, text=cut, tick=1, parent_id=first.id, truncated=True),
+        )
+        turns = prompting.chat_turns(store.path(action.id), [], forms.SCRIPT)
+    said = [t["content"] for t in turns if t["role"] == "assistant"]
+    assert said == ["```python\n# solution.py\ndef f():\n    return 1\n```"]
