@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from textual.binding import Binding
 from textual.notifications import Notify
-from textual.widgets import Input, OptionList, SelectionList
+from textual.pilot import Pilot
+from textual.widgets import Input, OptionList, SelectionList, Static
 
 from agents.memory import memory_available
 from agents.settings import Settings
@@ -63,6 +64,14 @@ def console(store: TraceStore, start: str = "main") -> ConsoleApp:
     return ConsoleApp(store=store, settings=Settings(backend="none"), start=start)
 
 
+async def open_search(app: ConsoleApp, pilot: Pilot[None]) -> SearchScreen:
+    await settle(pilot)
+    await pilot.press("slash")
+    screen = app.screen
+    assert isinstance(screen, SearchScreen)
+    return screen
+
+
 def cursor_block(app: ConsoleApp) -> Node | None:
     cursor = app.query_one("#trace-tree", TraceTree).cursor_node
     if cursor is None or not isinstance(cursor.data, BlockEntry):
@@ -85,10 +94,7 @@ async def test_search_ranks_the_block_first_and_enter_jumps_the_tree_to_it(
 
     app = console(store)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("slash")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         text = "parse the rows of the sales spreadsheet csv file"
         screen.query_one(Input).value = text
         await until(pilot, lambda: screen.shown_for == text, "the results", timeout=60)
@@ -117,15 +123,12 @@ async def test_a_block_that_holds_the_typed_text_comes_first_and_pages_scroll(
 
     app = console(store)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("slash")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         screen.query_one(Input).value = "err_qx7"
         await until(pilot, lambda: screen.shown_for == "err_qx7", "the results", timeout=60)
         assert screen.hits[0].node_id == target.id and screen.hits[0].literal
         assert not any(hit.literal for hit in screen.hits[1:])
-        status = plain(screen.query_one("#search-status"))
+        status = plain(screen.query_one("#search-status", Static))
         assert status.startswith("1 hold the text (=), then ")
         results = screen.query_one("#search-results", OptionList)
         assert len(screen.hits) > 10 and results.highlighted == 0
@@ -253,10 +256,7 @@ async def test_a_model_that_cannot_load_is_a_notification_not_a_crash(
             notes.append(message.notification.message)
 
     async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-        await settle(pilot)
-        await pilot.press("slash")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         status = screen.query_one("#search-status")
         await until(pilot, lambda: "failed" in plain(status), "the failure")
         assert "indexing the traces failed: cannot load the embedding model" in plain(status)
