@@ -45,8 +45,10 @@ class LiveControl:
         #: when the live session last said anything, and whether it now waits for a key
         self.quiet_since = 0.0
         self.awaiting_operator = False
-        #: what a tick costs at this machine's speed, once the session's first block is in
+        #: what a tick costs at this machine's speed: the last measured here until the
+        #: session's first block is in (`measured`), then that block's
         self.tick_cost = ""
+        self.measured = False
 
     def start(self, task: Task, target: Any) -> RunOptions:
         """A new live session of `task`, its messages posted to `target` (the screen);
@@ -102,7 +104,7 @@ class LiveControl:
             target=target,
             resume=resume,
         )
-        self.tick_cost = ""
+        self.tick_cost, self.measured = "", False
         if self.armed is not None:
             self.session.runtime.set_stepping(self.armed)
             self.armed = None
@@ -181,8 +183,9 @@ class LiveControl:
         this machine's speed (the status bar's working count says it from now on; the
         next session's first line too) and, when a tick takes over a minute, the line
         that tells the operator how to make it faster (once)."""
-        if self.tick_cost and not self.tick_cost.endswith("(last time)"):
+        if self.measured:
             return None
+        self.measured = True
         self._remember(event)
         tick = BLOCKS_A_TICK * event.seconds
         self.tick_cost = f"a tick ≈ {duration(tick)}"
