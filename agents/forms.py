@@ -106,7 +106,9 @@ def as_run(kind: str, form: str, body: str, truncated: bool) -> str:
     files = read_script(kind, body).files
     if not files:
         return body
-    return "".join(f"# {path}\n{content}" for path, content in files[:-1])
+    return "".join(
+        f"# {path}\n{content}" if content else f"# {path} (empty)\n" for path, content in files[:-1]
+    )
 
 
 def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:

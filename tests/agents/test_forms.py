@@ -315,6 +315,13 @@ def test_a_cut_file_block_runs_the_files_written_whole() -> None:
     assert forms.as_run(blocks.ACTION, forms.SCRIPT, script, True) == script
     assert forms.as_run(blocks.ACTION, forms.CALLBACK, listing, True) == listing
     assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, listing, True) == listing
+    # an empty file stays one when the files written are read again
+    with_empty = "# pkg/__init__.py (empty)\n# pkg/ops.py\nX = 1\n# cut.py\nx = ("
+    ran = forms.as_run(blocks.ACTION, forms.SCRIPT, with_empty, True)
+    assert forms.read_script(blocks.ACTION, ran).files == (
+        ("pkg/__init__.py", ""),
+        ("pkg/ops.py", "X = 1\n"),
+    )
 
 
 def test_a_file_name_right_after_another_is_the_first_files_opening_comment() -> None:
