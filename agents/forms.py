@@ -98,17 +98,51 @@ def read_script(kind: str, body: str) -> Script:
 
 
 def as_run(kind: str, form: str, body: str, truncated: bool) -> str:
-    """What of a block runs: all of it, but of a file block the token limit cut, the files
-    before the cut one (`kernel_code` writes no more): the coder writes solution.py whole,
-    then goes on into a test file that the limit cuts and that would not parse."""
-    if not truncated or kind != blocks.ACTION or form_of(kind, form, body) != SCRIPT:
+    """What of a block runs: all of it, but of a block the token limit cut, what is whole.
+    A file block writes the files before the cut one (`written`: the coder writes
+    solution.py whole, then goes on into a test file that the limit cuts and that would not
+    parse); a check script runs its whole top-level statements (`whole_statements`)."""
+    if not truncated or kind not in SCRIPT_KINDS or form_of(kind, form, body) != SCRIPT:
         return body
-    files = read_script(kind, body).files
-    if not files:
-        return body
+    script = read_script(kind, body)
+    if not script.files:
+        return whole_statements(script.text) if kind == blocks.EVALUATION else body
     return "".join(
-        f"# {path}\n{content}" if content else f"# {path} (empty)\n" for path, content in files[:-1]
+        f"# {path}\n{content}" if content else f"# {path} (empty)\n"
+        for path, content in written(script.files, truncated)[0]
     )
+
+
+def written(
+    files: tuple[tuple[str, str], ...], truncated: bool
+) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """The files a file block writes, and whether a cut last one was left out: of a block
+    the token limit cut, all but the last."""
+    if not truncated or not files:
+        return files, False
+    return files[:-1], True
+
+
+def whole_statements(code: str) -> str:
+    """Of a script the token limit cut, its top-level statements that are whole: the
+    code up to the last top-level line from which what comes before parses."""
+    if _parses(code):
+        return code
+    lines = code.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.strip() and not line[0].isspace()]
+    for start in reversed(starts):
+        head = "".join(lines[:start])
+        if _parses(head):
+            return head
+    return ""
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _file_sections(lines: list[str]) -> tuple[tuple[str, str], ...]:
@@ -208,17 +242,17 @@ def inert(kind: str, form: str, body: str) -> bool:
 
 def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: bool = False) -> str:
     """The code the kernel runs for a block: the block itself (callback form), or a
-    callback that runs the script (`timeout` seconds at most) or writes the files (those
-    of a block the token limit cut, but the last, cut one)."""
+    callback that runs the script (`timeout` seconds at most; of a check the token limit
+    cut, its whole statements) or writes the files (`written`)."""
     form = form_of(kind, form, body)
     if form != SCRIPT or kind not in SCRIPT_KINDS:
         return body
     script = read_script(kind, body)
     method = "add_action" if kind == blocks.ACTION else "add_evaluation"
     if script.files:
-        files = script.files[:-1] if truncated else script.files
+        files, cut = written(script.files, truncated)
         return (
-            f"def _write_files(subagent, _files={files!r}, _cut={truncated!r}):\n"
+            f"def _write_files(subagent, _files={files!r}, _cut={cut!r}):\n"
             "    wrote, same = [], []\n"
             "    for path, text in _files:\n"
             "        try:\n"
@@ -232,12 +266,14 @@ def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: b
             "        wrote.append(f'{path} ({len(text.splitlines())} lines)')\n"
             "    if not wrote:\n"
             f"        raise RuntimeError({NO_CHANGE!r} + (': ' + ', '.join(same) + ' as it was'\n"
-            "            if same else '') + ('; the block was cut before its last file ended'\n"
+            f"            if same else '') + ('; ' + {CUT_NOTE!r}\n"
             "            if _cut else ''))\n"
             "    return 'wrote ' + ', '.join(wrote) + (\n"
             "        '; as it was: ' + ', '.join(same) if same else '')\n"
             f"self.{method}({script.title!r}, _write_files)\n"
         )
+    cut = truncated and kind == blocks.EVALUATION
+    code = whole_statements(script.text) if cut else script.text
     verdict = (
         "    if done['returncode'] != 0:\n"
         f"        raise RuntimeError({SCRIPT_FAILED!r} + str(done['returncode'])\n"
@@ -250,7 +286,7 @@ def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: b
         "    return done['returncode'] == 0\n"
     )
     return (
-        f"def _script(subagent, _code={script.text!r}):\n"
+        f"def _script(subagent, _code={code!r}):\n"
         "    import sys\n"
         f"    done = subagent.run([sys.executable, '-c', {_RUNNER!r}, _code], timeout={timeout!r})\n"
         f"{verdict}"
@@ -260,8 +296,9 @@ def kernel_code(kind: str, form: str, body: str, timeout: float, *, truncated: b
 
 #: What a failed script's error starts with, after the exception's name.
 SCRIPT_FAILED = "the script exited with status "
-#: ... and a listing's that changed no file.
+#: ... and a listing's that changed no file (`CUT_NOTE` added where its last was cut).
 NO_CHANGE = "no file changed"
+CUT_NOTE = "the block was cut before its last file ended"
 #: How a script runs (`python3 -c RUNNER CODE`): as the file `script.py`, so that its
 #: traceback shows its own failing lines, and without the runner's frame.
 _RUNNER = """import linecache, sys, traceback

@@ -58,8 +58,8 @@ class TickState:
     failed_attempts: int = 0
     action: Attempt | None = None
     evaluations: list[str] = field(default_factory=list)
-    #: the model kept its answer: every candidate of the action, drawn hotter too, wrote
-    #: the files as they already were (the tick and the session end there)
+    #: the model kept its answer: the action it chose wrote the files as they already
+    #: were (the tick and the session end there)
     kept: bool = False
 
 
@@ -111,13 +111,16 @@ class GateSteps:
             error = forms.error_report(result.error or "the action failed")
             missed = f"action #{chosen.id} failed: {last_line(error)}"
             self.recorder.runtime_block(blocks.ERROR, error, tick_state.tick)
+            error_text = result.error or ""
             if (
-                chosen.meta.get("copy")
-                and forms.NO_CHANGE in (result.error or "")
+                forms.NO_CHANGE in error_text
+                and (chosen.meta.get("copy") or forms.CUT_NOTE not in error_text)
                 and self._answered()
             ):
-                # Every candidate repeated what an earlier action wrote, the hotter
-                # round's too: another try would say it again (the coder did, three times).
+                # The model wrote its answer again as it is (every candidate repeated an
+                # earlier action, the hotter round's too, or the one chosen wrote the
+                # files as they are): another try would say it again (the coder did, nine
+                # times on HumanEval/20, each padded differently with blank lines).
                 # Not before the model has answered: the files are then the task's own
                 # (HumanEval/68's first action wrote the stub back; the session ended).
                 tick_state.kept = True

@@ -27,6 +27,9 @@ NO_REPEAT_TOKENS = 4
 HOT_TEMPERATURE = 0.8
 #: Seconds between two `SamplingProgress` events of one block (the first piece goes at once).
 STREAM_EVERY = 0.5
+#: A block the token limit cut after more line breaks than this, with nothing between,
+#: was padding a finished block (Python leaves two blank lines at most between statements).
+PADDING_LINES = 3
 #: The most characters of the streaming candidate a `SamplingProgress` event carries.
 STREAM_TEXT_CHARS = 400
 
@@ -107,7 +110,7 @@ class Sampler:
                 for s in shown
             ]
             log_odds = self.state.backend.score_yes_no(prompts)
-            cut = [c.finish_reason == "length" for c in candidates]
+            cut = [cut_by_limit(c.text, c.finish_reason) for c in candidates]
             scored.extend(ranking.score_candidates(kind, bodies, log_odds, earlier, form, cut))
             sampled.extend((c, round_no) for c in candidates)
 
@@ -175,7 +178,7 @@ class Sampler:
                         "finish_reason": candidate.finish_reason,
                         **({"grammar": kind} if grammar is not None else {}),
                     },
-                    truncated=candidate.finish_reason == "length",
+                    truncated=cut_by_limit(candidate.text, candidate.finish_reason),
                     prompt_hash=digest,
                     meta=meta,
                 )
@@ -188,6 +191,14 @@ class Sampler:
         if self.state.tokens >= self.state.options.max_session_tokens:
             raise Truncated(f"token limit ({self.state.options.max_session_tokens}) reached")
         return chosen, [n for n in stored if n.id != chosen.id]
+
+
+def cut_by_limit(text: str, finish_reason: str | None) -> bool:
+    """Whether the token limit cut what the model wrote: it stopped there, and not in the
+    blank lines it padded a finished block with (the coder padded a whole solution.py up
+    to the limit; read as cut, that file was never written)."""
+    tail = text[len(text.rstrip()) :]
+    return finish_reason == "length" and tail.count("\n") <= PADDING_LINES
 
 
 class SampleStream:

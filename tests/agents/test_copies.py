@@ -178,3 +178,62 @@ def test_an_action_is_a_copy_only_of_an_earlier_action(tmp_path: Path) -> None:
     # the second tick's action says the first's again: that is a copy
     again = [n for n in nodes if n.tick == 2 and n.kind == blocks.ACTION]
     assert again and all("repetition" in n.score_parts for n in again)
+
+
+class Answers(dict[str, str]):
+    """The scripted model's blocks, but its action says the same file another way from
+    its second request on (`again`)."""
+
+    def __init__(self, script: dict[str, str], again: str) -> None:
+        super().__init__(script)
+        self.again = again
+        self.asked = 0
+
+    def __getitem__(self, kind: str) -> str:
+        if kind == blocks.ACTION:
+            self.asked += 1
+            if self.asked > 1:
+                return self.again
+        return super().__getitem__(kind)
+
+
+def test_an_answer_written_again_as_it_is_ends_the_session_though_no_copy(
+    tmp_path: Path,
+) -> None:
+    """The second tick's action names the file another way (no copy of the first's text),
+    but writes it as it is: the model kept its answer (the coder wrote HumanEval/20's
+    wrong answer nine times, each padded differently)."""
+    from agents.runtime.tick import KEPT
+
+    script = Answers(SCRIPT_BLOCKS, "# note.txt\nsame")
+    outcome, nodes, _ = run_scripted(tmp_path, script, max_ticks=4, attempts=3, form="script")
+    assert outcome.reason == KEPT, outcome
+    assert outcome.ticks == 2
+    again = [n for n in nodes if n.tick == 2 and n.kind == blocks.ACTION]
+    assert again and not any(n.meta.get("copy") for n in again)
+    assert [n.status for n in again if n.status is not NodeStatus.ALTERNATE] == [NodeStatus.FAILED]
+
+
+#: A whole solution.py, then blank lines up to the token limit (the coder pads so).
+PADDED = {
+    **SCRIPT_BLOCKS,
+    "action": "# solution.py\ndef f():\n    return 1\n" + "\n" * 600,
+}
+
+
+def test_a_file_block_cut_in_its_padding_is_whole(tmp_path: Path) -> None:
+    """The limit cut only the blank lines after the file: the block is whole and the file
+    written (read as cut, the coder's answer was never written), and written again it ends
+    the session."""
+    from agents.runtime.tick import KEPT
+
+    outcome, nodes, _ = run_scripted(
+        tmp_path, PADDED, max_ticks=3, attempts=2, form="script", block_tokens=200
+    )
+    actions = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
+    assert actions and all(n.sampling["finish_reason"] == "length" for n in actions)
+    assert not any(n.truncated for n in actions)
+    work = tmp_path / "sessions" / str(outcome.session_id) / "work"
+    assert (work / "solution.py").read_text() == "def f():\n    return 1\n"
+    assert [n.status for n in actions] == [NodeStatus.EXECUTED, NodeStatus.FAILED]
+    assert outcome.reason == KEPT, outcome

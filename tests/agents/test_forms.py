@@ -314,7 +314,15 @@ def test_a_cut_file_block_runs_the_files_written_whole() -> None:
     script = "# print it\nprint(1)\n# a.py\nx"
     assert forms.as_run(blocks.ACTION, forms.SCRIPT, script, True) == script
     assert forms.as_run(blocks.ACTION, forms.CALLBACK, listing, True) == listing
-    assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, listing, True) == listing
+    # a cut check runs its whole top-level statements
+    check = "# f is one\nfrom solution import f\nassert f() == 1\nfor x in (1, 2):\n    assert f("
+    assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, check, True) == (
+        "# f is one\nfrom solution import f\nassert f() == 1\n"
+    )
+    assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, check, False) == check
+    assert forms.as_run(blocks.EVALUATION, forms.SCRIPT, "assert f(", True) == ""
+    code = forms.kernel_code(blocks.EVALUATION, forms.SCRIPT, check, 5.0, truncated=True)
+    assert "for x in" not in code and "assert f() == 1" in code
     # an empty file stays one when the files written are read again
     with_empty = "# pkg/__init__.py (empty)\n# pkg/ops.py\nX = 1\n# cut.py\nx = ("
     ran = forms.as_run(blocks.ACTION, forms.SCRIPT, with_empty, True)
