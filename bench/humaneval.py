@@ -2,7 +2,7 @@
 alone, on the same problems in one run.
 
 Run: `.venv/bin/python bench/humaneval.py [--suite humaneval:held-out] [--modes plain,agent]
-[--model qwen2.5-coder-0.5b] [--ticks 3] [--limit N] [--work .bench/humaneval]
+[--model qwen2.5-coder-0.5b] [--ticks 3] [--limit N] [--work bench/results/humaneval]
 [--server URL --workers 4]`.
 
 - `plain`: the model alone: one greedy answer through its chat template to evalplus's
@@ -22,8 +22,10 @@ against solution.py. Per mode: pass@1 with a 95% Wilson interval, the median sec
 tokens per problem; for the agent also the problems whose tests passed at some tick (had
 it been told: not a pass@1) and where the runs differ. `--suite humaneval:held-out` is
 every 4th problem from HumanEval/0 (41 problems), the set issue figures use; `humaneval`
-is all 164. Results are kept under `--work` (plain answers in plain.jsonl, agent sessions
-in traces.db): a stopped run resumes. Figures go to stdout and `<work>/humaneval.json`.
+is all 164. Results are kept under `--work` (plain answers in plain.jsonl, the agent's
+rows in agent.jsonl with its runtime's version, its sessions in traces.db): a stopped run
+resumes, from a fresh clone too (the rows are committed; the trace store and work dirs
+are not). Figures go to stdout and `<work>/humaneval.json`.
 """
 
 from __future__ import annotations
@@ -88,11 +90,43 @@ def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -
     return rows
 
 
+def runtime_id() -> str:
+    """The version of the runtime the agent's rows come from: the git tree of agents/
+    (any change to the agent's code changes it), or "unknown" outside a checkout."""
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD:agents"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "agents"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return "unknown"
+    return done.stdout.strip() + ("+changed" if dirty.stdout.strip() else "")
+
+
 def run_agent(
     backend: Any, problems: list[Problem], suite: Any, folder: Path, ticks: int
 ) -> list[dict]:
+    """The agent's sessions, one a problem. A kept row of another runtime is set aside
+    (agent-RUNTIME.jsonl): the figure is of one runtime. A kept row carries its verdict,
+    so a run resumes from the rows alone where the trace store is gone (a fresh clone)."""
     kept_path = folder / "agent.jsonl"
     kept = read_kept(kept_path)
+    runtime = runtime_id()
+    other = {r.get("runtime", "unknown") for r in kept.values()} - {runtime}
+    if other:
+        aside = folder / f"agent-{'-'.join(sorted(other))}.jsonl"
+        kept_path.rename(aside)
+        print(f"  kept rows of another runtime ({', '.join(sorted(other))}) set aside: {aside}")
+        kept = {}
     rows = []
     with TraceStore(folder / "traces.db") as store:
         for problem in problems:
@@ -106,15 +140,21 @@ def run_agent(
                 outcome = Runtime(store, backend, task, options, sessions_dir=folder / "s").run()
                 run = {
                     "task_id": problem.task_id,
+                    "runtime": runtime,
                     "session": outcome.session_id,
                     "seconds": round(time.perf_counter() - started, 1),
                     "tokens": outcome.tokens,
                     "status": outcome.status.value,
+                    **judge(store, outcome.session_id),
                 }
                 if outcome.status is not SessionStatus.ABORTED:
                     with kept_path.open("a") as out:
                         out.write(json.dumps(run) + "\n")
-            rows.append({**run, **judge(store, run["session"])})
+            else:
+                stored = store.sessions_by_id([run["session"]]).get(run["session"])
+                if stored is not None and stored.task == task.prompt:  # the row's own session
+                    run = {**run, **judge(store, run["session"])}  # judged as code judges now
+            rows.append(run)
             print(f"  agent {json.dumps(rows[-1])}", flush=True)
     return rows
 
@@ -253,7 +293,7 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--ticks", type=int, default=3)
     parser.add_argument("--limit", type=int, default=0, help="only the first N problems")
-    parser.add_argument("--work", type=Path, default=Path(".bench/humaneval"))
+    parser.add_argument("--work", type=Path, default=Path("bench/results/humaneval"))
     parser.add_argument("--server", metavar="URL", help="the `server` mode's model server")
     parser.add_argument("--workers", type=int, default=4, help="the `server` mode's sessions")
     args = parser.parse_args()
