@@ -90,38 +90,60 @@ def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -
     return rows
 
 
-def runtime_id() -> str:
-    """The version of the runtime the agent's rows come from: the git tree of agents/
-    (any change to the agent's code changes it), or "unknown" outside a checkout."""
-    import subprocess
+class RuntimeVersion:
+    """The version of the agent's code the rows come from: a digest of the source of every
+    agents module the bench process has loaded once a session has run (what the runtime
+    ran), kept with the list of those modules in agent-runtime.json. A later run reads the
+    same files again: a change to code the runtime does not run (the console's) keeps it."""
 
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD:agents"],
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "agents"],
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        return "unknown"
-    return done.stdout.strip() + ("+changed" if dirty.stdout.strip() else "")
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "agent-runtime.json"
+        self.kept = json.loads(self.path.read_text()) if self.path.exists() else None
+        self.digest: str | None = None
+
+    def kept_now(self) -> str | None:
+        """The kept version's digest of the files as they are now (None: none kept)."""
+        return digest(self.kept["modules"]) if self.kept else None
+
+    def current(self) -> str:
+        """This process's version, fixed when first asked (after its first session)."""
+        if self.digest is None:
+            modules = sorted(
+                str(Path(m.__file__).resolve().relative_to(ROOT))
+                for name, m in list(sys.modules.items())
+                if (name == "agents" or name.startswith("agents.")) and getattr(m, "__file__", None)
+            )
+            self.digest = digest(modules)
+            if self.kept is None or self.kept["digest"] != self.digest:
+                self.kept = {"digest": self.digest, "modules": modules}
+                self.path.write_text(json.dumps(self.kept, indent=1) + "\n")
+        return self.digest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def digest(modules: list[str]) -> str:
+    import hashlib
+
+    sha = hashlib.sha256()
+    for name in modules:
+        path = ROOT / name
+        sha.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"gone"))
+    return sha.hexdigest()[:12]
 
 
 def run_agent(
     backend: Any, problems: list[Problem], suite: Any, folder: Path, ticks: int
 ) -> list[dict]:
-    """The agent's sessions, one a problem. A kept row of another runtime is set aside
-    (agent-RUNTIME.jsonl): the figure is of one runtime. A kept row carries its verdict,
+    """The agent's sessions, one a problem. A kept row of another runtime
+    (`RuntimeVersion`) is set aside (agent-RUNTIME.jsonl): the figure is of one runtime. A kept row carries its verdict,
     so a run resumes from the rows alone where the trace store is gone (a fresh clone)."""
     kept_path = folder / "agent.jsonl"
     kept = read_kept(kept_path)
-    runtime = runtime_id()
-    other = {r.get("runtime", "unknown") for r in kept.values()} - {runtime}
+    version = RuntimeVersion(folder)
+    now = version.kept_now()
+    other = {r.get("runtime", "unknown") for r in kept.values()} - {now}
     if other:
         aside = folder / f"agent-{'-'.join(sorted(other))}.jsonl"
         kept_path.rename(aside)
@@ -140,7 +162,7 @@ def run_agent(
                 outcome = Runtime(store, backend, task, options, sessions_dir=folder / "s").run()
                 run = {
                     "task_id": problem.task_id,
-                    "runtime": runtime,
+                    "runtime": version.current(),
                     "session": outcome.session_id,
                     "seconds": round(time.perf_counter() - started, 1),
                     "tokens": outcome.tokens,
