@@ -1,6 +1,6 @@
-"""How fast a model wrote on this machine: the last measured block, kept per model and
-device in a small file beside the trace store, so that a session's first line can say
-what a tick will cost before its own first block is written."""
+"""How fast a model wrote on this machine: the last measured block and tick, kept per
+model and device in a small file beside the trace store, so that a session's first line
+can say what a tick will cost before its own first block is written."""
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ SPEED_FILE = "speed.json"
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """One block of candidates as it was last written here."""
+    """One block of candidates as it was last written here, and the model's time of the
+    session's first whole tick (every round of its blocks), once one was."""
 
     candidates: int
     seconds: float
     tokens_per_second: float | None
     #: the day it was measured (ISO)
     day: str
+    tick_seconds: float | None = None
 
 
 def speed_file(store_url: str) -> Path | None:
@@ -82,6 +84,9 @@ def recalled(path: Path, model: str, device: str) -> Measured | None:
                 else float(entry["tokens_per_second"])
             ),
             day=str(entry["day"]),
+            tick_seconds=(
+                None if entry.get("tick_seconds") is None else float(entry["tick_seconds"])
+            ),
         )
     except (KeyError, TypeError, ValueError):
         return None

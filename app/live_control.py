@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 #: look stuck).
 QUIET_AFTER = 2.0
 #: The blocks of a tick that the model samples (orientation, action, expectation,
-#: evaluation): what the first block's time is multiplied by to say what a tick costs.
+#: evaluation): until a tick is whole, what a tick costs is the first block's time and
+#: this many more blocks of the planned tokens at the first block's speed.
 BLOCKS_A_TICK = 4
 #: A tick slower than this (seconds) is worth telling the operator how to speed up.
 SLOW_TICK = 60.0
@@ -46,9 +47,13 @@ class LiveControl:
         self.quiet_since = 0.0
         self.awaiting_operator = False
         #: what a tick costs at this machine's speed: the last measured here until the
-        #: session's first block is in (`measured`), then that block's
+        #: session's first block is in (`measured`), then at most what its planned tokens
+        #: take at that block's speed, then what its first whole tick took
         self.tick_cost = ""
         self.measured = False
+        #: the live session's tokens a block, and the model's seconds of each tick so far
+        self.block_tokens: int | None = None
+        self.tick_seconds: dict[int, float] = {}
 
     def start(self, task: Task, target: Any) -> RunOptions:
         """A new live session of `task`, its messages posted to `target` (the screen);
@@ -105,6 +110,7 @@ class LiveControl:
             resume=resume,
         )
         self.tick_cost, self.measured = "", False
+        self.block_tokens, self.tick_seconds = options.block_tokens, {}
         if self.armed is not None:
             self.session.runtime.set_stepping(self.armed)
             self.armed = None
@@ -153,8 +159,8 @@ class LiveControl:
 
     def started(self, event: SessionStarted) -> str:
         """The session's first line, with what a tick will cost on this machine as the
-        model's last measured block here says (the status bar says it too, until the
-        session's own first block is in), or when that will be known."""
+        model's last measured tick (or block) here says (the status bar says it too, until
+        the session's own first block is in), or when that will be known."""
         from agents import speed
 
         measured = None
@@ -164,6 +170,10 @@ class LiveControl:
             measured = speed.recalled(where, backend.model, backend.device)
         if measured is None:
             return f"{event.text}. What a tick costs here shows once its first block is written."
+        if measured.tick_seconds is not None:
+            tick = duration(measured.tick_seconds)
+            self.tick_cost = f"a tick ≈ {tick} (last time)"
+            return f"{event.text}. A tick took about {tick} of the model's time here on {measured.day}."
         tick = duration(BLOCKS_A_TICK * measured.seconds)
         self.tick_cost = f"a tick ≈ {tick} (last time)"
         return (
@@ -179,36 +189,71 @@ class LiveControl:
         return speed.speed_file(self.bench.store.url)
 
     def sampled(self, event: BlockSampled) -> str | None:
-        """A block's candidates are in. From the session's first: what a tick will cost at
-        this machine's speed (the status bar's working count says it from now on; the
-        next session's first line too) and, when a tick takes over a minute, the line
-        that tells the operator how to make it faster (once)."""
+        """A round of a block's candidates is in. From the session's first: at most what a
+        tick will cost at this machine's speed, its planned tokens counted (the status bar
+        says it from now on, the next session's first line too) and, when a tick takes
+        over a minute, the line that tells the operator how to make it faster (once).
+        From the first block of its second tick: what its first tick took."""
+        first = min(self.tick_seconds, default=event.tick)
+        self.tick_seconds[event.tick] = self.tick_seconds.get(event.tick, 0.0) + event.seconds
+        if event.tick > first and len(self.tick_seconds) == 2:
+            took = self.tick_seconds[first]
+            self.tick_cost = f"a tick ≈ {duration(took)}"
+            self._remember(event, took)
+            return None
         if self.measured:
             return None
         self.measured = True
         self._remember(event)
-        tick = BLOCKS_A_TICK * event.seconds
-        self.tick_cost = f"a tick ≈ {duration(tick)}"
+        tick, bound = self.tick_bound(event)
+        self.tick_cost = f"a tick ≤ {duration(tick)}" if bound else f"a tick ≈ {duration(tick)}"
         if tick < SLOW_TICK:
             return None
         speed = f"{event.tokens_per_second:.0f} tokens/s" if event.tokens_per_second else "slowly"
+        planned = (
+            f"{BLOCKS_A_TICK} blocks of up to {self.block_tokens} tokens a candidate"
+            if bound
+            else f"{BLOCKS_A_TICK} blocks"
+        )
         return (
             f"the model writes {speed} here: {event.candidates} candidates of a block took "
-            f"{event.seconds:.0f} s, so a tick ({BLOCKS_A_TICK} blocks) takes about "
-            f"{duration(tick)}. Faster: fewer candidates (--candidates 2), shorter blocks "
-            "(--block-tokens 256), or a model server (agent-console serve, then --base-url)"
+            f"{event.seconds:.0f} s, so a tick ({planned}) takes "
+            f"{'up to' if bound else 'about'} {duration(tick)}. Faster: fewer candidates "
+            "(--candidates 2), shorter blocks (--block-tokens 256), or a model server "
+            "(agent-console serve, then --base-url)"
         )
 
-    def _remember(self, event: BlockSampled) -> None:
+    def tick_bound(self, event: BlockSampled) -> tuple[float, bool]:
+        """What a tick will cost, from the session's first block: that block's time and
+        the rest's planned tokens (each candidate's `block_tokens`) at its speed, an upper
+        bound (True); without the speed or the plan, BLOCKS_A_TICK such blocks (False)."""
+        if not event.tokens_per_second or not self.block_tokens:
+            return BLOCKS_A_TICK * event.seconds, False
+        rest = (BLOCKS_A_TICK - 1) * event.candidates * self.block_tokens
+        return event.seconds + rest / event.tokens_per_second, True
+
+    def _remember(self, event: BlockSampled, tick_seconds: float | None = None) -> None:
+        """Keep the session's first block (`tick_seconds` None) or its first tick as the
+        model's speed here; what was kept of the other stays."""
+        from dataclasses import replace
+
         from agents import speed
 
         backend = self.bench.backend
         where = self._speed_file()
         if backend is None or where is None:
             return
-        measured = speed.Measured(
-            event.candidates, event.seconds, event.tokens_per_second, speed.today()
-        )
+        kept = speed.recalled(where, backend.model, backend.device)
+        if tick_seconds is not None and kept is not None:
+            measured = replace(kept, tick_seconds=tick_seconds)
+        else:
+            measured = speed.Measured(
+                event.candidates,
+                event.seconds,
+                event.tokens_per_second,
+                speed.today(),
+                tick_seconds if kept is None or tick_seconds is not None else kept.tick_seconds,
+            )
         speed.remember(where, backend.model, backend.device, measured)
 
     # -- what the status bar says -------------------------------------------------------

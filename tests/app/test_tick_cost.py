@@ -23,11 +23,11 @@ from tests.support.answer_task import TASK
 pytestmark = pytest.mark.timeout(300)
 
 
-def block(seconds: float, rate: float | None = 20.0) -> BlockSampled:
+def block(seconds: float, rate: float | None = 20.0, tick: int = 1) -> BlockSampled:
     return BlockSampled(
         session_id=1,
         block="orientation",
-        tick=1,
+        tick=tick,
         candidates=4,
         tokens=int(seconds * (rate or 1)),
         seconds=seconds,
@@ -47,6 +47,26 @@ def test_the_first_block_says_what_a_tick_costs_and_a_slow_one_how_to_speed_up()
     fast = LiveControl(Workbench(None, Settings(backend="none")))
     assert fast.sampled(block(2.0)) is None  # a quick tick needs no advice
     assert fast.tick_cost == "a tick ≈ 8 s"
+
+
+def test_a_tick_costs_at_most_its_planned_tokens_then_what_the_first_took() -> None:
+    """The first block is the shortest (four times it said half of what a tick took on
+    the coder): the rest of the tick is counted at its planned tokens, an upper bound;
+    once the second tick's first block is in, the first tick's own time replaces it."""
+    control = LiveControl(Workbench(None, Settings(backend="none")))
+    control.block_tokens = 384
+    told = control.sampled(block(30.0))  # 4 candidates at 20 tokens/s
+    # 30 s, then 3 blocks of 4 x 384 tokens at 20 tokens/s: 30 + 230.4 s
+    assert control.tick_cost == "a tick ≤ 4 min"
+    assert told is not None and "takes up to 4 min" in told and "384 tokens" in told
+    for seconds in (50.0, 10.0, 40.0):  # the tick's other blocks
+        assert control.sampled(block(seconds)) is None
+    assert control.tick_cost == "a tick ≤ 4 min"
+    control.sampled(block(30.0, tick=2))
+    assert control.tick_cost == "a tick ≈ 2 min"  # 30 + 50 + 10 + 40 s
+    control.sampled(block(500.0, tick=2))
+    control.sampled(block(30.0, tick=3))
+    assert control.tick_cost == "a tick ≈ 2 min"  # the first tick's, once
 
 
 async def test_a_live_session_tells_the_operator(
@@ -74,26 +94,31 @@ async def test_the_next_sessions_first_line_says_what_a_tick_cost_here(
     is kept beside the store, and the next session's line (and the status bar, before
     that session's own first block) says what a tick cost here."""
     with TraceStore(tmp_path / "traces.db") as store:
-        first_lines = [await chat_of_one_session(store, tiny_model_dir) for _ in range(2)]
+        first_lines = [await chat_of_one_session(store, tiny_model_dir, ticks) for ticks in (1, 2)]
+        third_line = await chat_of_one_session(store, tiny_model_dir, 1)
     assert "shows once its first block is written" in first_lines[0]
     assert "A tick takes about" in first_lines[1] and "candidates of a block took" in first_lines[1]
+    # the second session ran a whole tick and a block of the next: the third says that tick
+    assert "A tick took about" in third_line and "of the model's time" in third_line
     kept = speed.recalled(tmp_path / speed.SPEED_FILE, str(tiny_model_dir), "cpu")
     assert kept is not None and kept.candidates >= 1 and kept.day == speed.today()
+    assert kept.tick_seconds is not None and kept.tick_seconds >= kept.seconds
     # until the session's own first block is in, the status bar says the last figure
     with TraceStore(tmp_path / "traces.db") as store:
         bench = Workbench(store, Settings(backend="none"))
         bench.backend = TransformersBackend(str(tiny_model_dir))
         control = LiveControl(bench)
-        control.started(SessionStarted(session_id=3, text="session 3", options={}))
+        control.started(SessionStarted(session_id=4, text="session 4", options={}))
         assert control.tick_cost.endswith("(last time)")
         control.sampled(block(2.0))
         assert control.tick_cost == "a tick ≈ 8 s"
         bench.backend.close()
 
 
-async def chat_of_one_session(store: TraceStore, model: Path) -> str:
+async def chat_of_one_session(store: TraceStore, model: Path, ticks: int = 1) -> str:
     """The chat pane's text once one session of the console has run to its end."""
-    app = ConsoleApp(store=store, settings=settings(model, approval="auto"), task=TASK)
+    chosen = settings(model, approval="auto", max_ticks=ticks)
+    app = ConsoleApp(store=store, settings=chosen, task=TASK)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: any("session " in ln for ln in chat_lines(app)), "the line")
         await until(pilot, lambda: app.main.live is None, "the session to end")
