@@ -11,7 +11,7 @@ from sqlalchemy import func, insert, select, update
 from storage import converters as cv
 from storage import domain as d
 from storage.errors import NotFoundError
-from storage.store_base import StoreBase, _enum, batch_t, batch_task_t
+from storage.store_base import StoreBase, batch_t, batch_task_t, enum_value
 
 
 class BatchesMixin(StoreBase):
@@ -30,7 +30,7 @@ class BatchesMixin(StoreBase):
     ) -> d.Batch:
         """A batch and its tasks, one per spec (line numbers from 1), all pending."""
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 insert(batch_t)
                 .values(
@@ -69,7 +69,7 @@ class BatchesMixin(StoreBase):
             return cv.to_batch(row)
 
     def get_batch(self, batch_id: int) -> d.Batch:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*cv.BATCH_COLUMNS).where(batch_t.c.id == batch_id)).first()
         if row is None:
             raise NotFoundError(f"no batch {batch_id}")
@@ -80,14 +80,14 @@ class BatchesMixin(StoreBase):
         stmt = select(*cv.BATCH_COLUMNS).order_by(batch_t.c.id.desc()).limit(limit)
         if source_hash is not None:
             stmt = stmt.where(batch_t.c.source_hash == source_hash)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_batch(r) for r in conn.execute(stmt)]
 
     def set_batch_status(self, batch_id: int, status: d.BatchStatus | str) -> d.Batch:
-        value = _enum(d.BatchStatus, status)
+        value = enum_value(d.BatchStatus, status)
         now = time.time()
         finished = None if value is d.BatchStatus.RUNNING else now
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 update(batch_t)
                 .where(batch_t.c.id == batch_id)
@@ -109,7 +109,7 @@ class BatchesMixin(StoreBase):
         )
         if statuses is not None:
             stmt = stmt.where(batch_task_t.c.status.in_([s.value for s in statuses]))
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_batch_task(r) for r in conn.execute(stmt)]
 
     def batch_counts(self, batch_id: int) -> dict[d.BatchTaskStatus, int]:
@@ -120,7 +120,7 @@ class BatchesMixin(StoreBase):
             .group_by(batch_task_t.c.status)
         )
         counts = dict.fromkeys(d.BatchTaskStatus, 0)
-        with self._read() as conn:
+        with self.db.read() as conn:
             for status, count in conn.execute(stmt):
                 counts[d.BatchTaskStatus(status)] = count
         return counts
@@ -131,7 +131,7 @@ class BatchesMixin(StoreBase):
         writes one at a time; PostgreSQL skips rows another worker has locked)."""
         open_ = [s.value for s in d.BATCH_TASK_OPEN]
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             pick = (
                 select(batch_task_t.c.id)
                 .where(batch_task_t.c.batch_id == batch_id, batch_task_t.c.status.in_(open_))
@@ -158,7 +158,7 @@ class BatchesMixin(StoreBase):
             return cv.to_batch_task(row)
 
     def set_batch_task_session(self, task_id: int, session_id: int) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 update(batch_task_t)
                 .where(batch_task_t.c.id == task_id)
@@ -173,9 +173,9 @@ class BatchesMixin(StoreBase):
         result: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> d.BatchTask:
-        value = _enum(d.BatchTaskStatus, status)
+        value = enum_value(d.BatchTaskStatus, status)
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 update(batch_task_t)
                 .where(batch_task_t.c.id == task_id)
@@ -195,7 +195,7 @@ class BatchesMixin(StoreBase):
     def abort_running_batch_tasks(self, batch_id: int) -> int:
         """Mark the tasks still running as aborted (after a stop, or at resume when the
         run before was killed): a resumed batch continues their sessions."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             done = conn.execute(
                 update(batch_task_t)
                 .where(

@@ -13,10 +13,10 @@ from storage import domain as d
 from storage.checks import CheckCounts
 from storage.store_base import (
     StoreBase,
-    _latest_label,
     decision_t,
     evaluation_t,
     label_t,
+    latest_label,
     node_t,
     session_t,
 )
@@ -34,7 +34,7 @@ class BulkReadsMixin(StoreBase):
         """Every node whose latest unretracted label was given at or after `since`, with
         that label, in node order. Pages by node id, one short read per page, so memory
         stays flat however large the store."""
-        effective = _latest_label()
+        effective = latest_label()
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
         stmt = (
             select(*columns, *cv.LABEL_COLUMNS)
@@ -70,7 +70,7 @@ class BulkReadsMixin(StoreBase):
         key_at = next(i for i, c in enumerate(stmt.selected_columns) if c is key)
         last = 0
         while True:
-            with self._read() as conn:
+            with self.db.read() as conn:
                 rows = conn.execute(stmt.where(key > last).limit(page_size)).all()
             yield from rows
             if len(rows) < page_size:
@@ -96,7 +96,7 @@ class BulkReadsMixin(StoreBase):
                 .where(decision_t.c.created_at >= since),
             )
             stmt = stmt.where(session_t.c.id.in_(touched))
-        with self._read() as conn:
+        with self.db.read() as conn:
             return list(conn.execute(stmt).scalars())
 
     def nodes_containing(self, text: str, limit: int) -> list[int]:
@@ -110,7 +110,7 @@ class BulkReadsMixin(StoreBase):
             .order_by(node_t.c.id.desc())
             .limit(limit)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return list(conn.execute(stmt).scalars())
 
     def sessions_by_id(self, session_ids: Iterable[int]) -> dict[int, d.Session]:
@@ -118,7 +118,7 @@ class BulkReadsMixin(StoreBase):
         wanted = sorted(set(session_ids))
         if not wanted:
             return {}
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(select(*cv.SESSION_COLUMNS).where(session_t.c.id.in_(wanted))).all()
         return {s.id: s for s in map(cv.to_session, rows)}
 
@@ -130,7 +130,7 @@ class BulkReadsMixin(StoreBase):
         wanted = sorted(set(node_ids))
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
         found: dict[int, d.Node] = {}
-        with self._read() as conn:
+        with self.db.read() as conn:
             for start in range(0, len(wanted), chunk):
                 ids = wanted[start : start + chunk]
                 for row in conn.execute(select(*columns).where(node_t.c.id.in_(ids))):
@@ -146,7 +146,7 @@ class BulkReadsMixin(StoreBase):
             .where(node_t.c.session_id == session_id)
             .order_by(decision_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_decision(r) for r in conn.execute(stmt)]
 
     def decisions_for(self, node_ids: Iterable[int]) -> list[d.Decision]:
@@ -159,7 +159,7 @@ class BulkReadsMixin(StoreBase):
             .where(decision_t.c.node_id.in_(wanted))
             .order_by(decision_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_decision(r) for r in conn.execute(stmt)]
 
     def evaluations_for(self, node_ids: Iterable[int]) -> list[d.EvaluationResult]:
@@ -172,7 +172,7 @@ class BulkReadsMixin(StoreBase):
             .where(evaluation_t.c.node_id.in_(wanted))
             .order_by(evaluation_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_evaluation(r) for r in conn.execute(stmt)]
 
     def tick_nodes(
@@ -193,7 +193,7 @@ class BulkReadsMixin(StoreBase):
             )
             .order_by(node_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_node(r) for r in conn.execute(stmt)]
 
     def session_evaluation_marks(self, session_id: int) -> dict[int, CheckCounts]:
@@ -212,7 +212,7 @@ class BulkReadsMixin(StoreBase):
             )
             .group_by(evaluation_t.c.node_id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return {
                 node_id: CheckCounts(int(ok), int(total - ok - bad), int(bad))
                 for node_id, ok, bad, total in conn.execute(stmt)
@@ -226,7 +226,7 @@ class BulkReadsMixin(StoreBase):
         stmt = select(*columns).where(node_t.c.session_id == session_id).order_by(node_t.c.id)
         authors = {a.value: a for a in d.Author}
         statuses = {s.value: s for s in d.NodeStatus}
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [
                 NodeOutline(
                     i, sid, parent, tick, kind, authors[a], statuses[st], orig, made, changed

@@ -20,7 +20,7 @@ class ImprovementsMixin(StoreBase):
         self, family: str, *, config: dict[str, Any], state: dict[str, Any] | None = None
     ) -> d.Improvement:
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 insert(improvement_t)
                 .values(
@@ -36,7 +36,7 @@ class ImprovementsMixin(StoreBase):
         return cv.to_improvement(row)
 
     def get_improvement(self, improvement_id: int) -> d.Improvement:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(*cv.IMPROVEMENT_COLUMNS).where(improvement_t.c.id == improvement_id)
             ).first()
@@ -56,7 +56,7 @@ class ImprovementsMixin(StoreBase):
             values["status"] = status
         if state is not None:
             values["state"] = state
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 update(improvement_t)
                 .where(improvement_t.c.id == improvement_id)
@@ -70,5 +70,5 @@ class ImprovementsMixin(StoreBase):
     def list_improvements(self, *, limit: int = 100) -> list[d.Improvement]:
         """Newest first."""
         stmt = select(*cv.IMPROVEMENT_COLUMNS).order_by(improvement_t.c.id.desc()).limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_improvement(r) for r in conn.execute(stmt)]

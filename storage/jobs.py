@@ -13,7 +13,7 @@ from sqlalchemy.sql.dml import Insert, Update
 from storage import converters as cv
 from storage import domain as d
 from storage.errors import NotFoundError, StoreError
-from storage.store_base import StoreBase, _enum, adapter_t, job_event_t, job_t
+from storage.store_base import StoreBase, adapter_t, enum_value, job_event_t, job_t
 
 _JOB_FIELDS = {"status", "progress", "metrics", "pid", "error", "config", "base_model", "name"}
 _FINISHED = {d.JobStatus.COMPLETED, d.JobStatus.FAILED, d.JobStatus.CANCELLED}
@@ -34,7 +34,7 @@ class JobsMixin(StoreBase):
     ) -> d.Job:
         now = time.time()
         values = {
-            "kind": _enum(d.JobKind, kind).value,
+            "kind": enum_value(d.JobKind, kind).value,
             "name": name,
             "status": d.JobStatus.QUEUED.value,
             "base_model": base_model,
@@ -44,12 +44,12 @@ class JobsMixin(StoreBase):
             "created_at": now,
             "updated_at": now,
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(insert(job_t).values(values).returning(*cv.JOB_COLUMNS))
             return cv.to_job(row.one())
 
     def get_job(self, job_id: int) -> d.Job:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*cv.JOB_COLUMNS).where(job_t.c.id == job_id)).first()
         if row is None:
             raise NotFoundError(f"no job {job_id}")
@@ -60,8 +60,8 @@ class JobsMixin(StoreBase):
     ) -> list[d.Job]:
         stmt = select(*cv.JOB_COLUMNS).order_by(job_t.c.id.desc()).limit(limit)
         if status is not None:
-            stmt = stmt.where(job_t.c.status == _enum(d.JobStatus, status).value)
-        with self._read() as conn:
+            stmt = stmt.where(job_t.c.status == enum_value(d.JobStatus, status).value)
+        with self.db.read() as conn:
             return [cv.to_job(r) for r in conn.execute(stmt)]
 
     def update_job(self, job_id: int, **changes: Any) -> d.Job:
@@ -73,14 +73,14 @@ class JobsMixin(StoreBase):
         now = time.time()
         values = dict(changes, updated_at=now)
         if "status" in changes:
-            status = _enum(d.JobStatus, changes["status"])
+            status = enum_value(d.JobStatus, changes["status"])
             values["status"] = status.value
             if status is d.JobStatus.RUNNING:
                 values["started_at"] = func.coalesce(job_t.c.started_at, now)
                 values["finished_at"] = None
             elif status in _FINISHED:
                 values["finished_at"] = now
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 update(job_t).where(job_t.c.id == job_id).values(values).returning(*cv.JOB_COLUMNS)
             ).first()
@@ -105,7 +105,7 @@ class JobsMixin(StoreBase):
             "data": data or {},
             "created_at": time.time(),
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             if conn.execute(select(job_t.c.id).where(job_t.c.id == job_id)).first() is None:
                 raise NotFoundError(f"no job {job_id}")
             row = conn.execute(insert(job_event_t).values(values).returning(*cv.JOB_EVENT_COLUMNS))
@@ -124,7 +124,7 @@ class JobsMixin(StoreBase):
             stmt = stmt.where(job_event_t.c.kind == kind)
         if limit is not None:
             stmt = stmt.limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_job_event(r) for r in conn.execute(stmt)]
 
     def register_adapter(
@@ -147,7 +147,7 @@ class JobsMixin(StoreBase):
             "metrics": metrics or {},
             "created_at": time.time(),
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             existing = conn.execute(select(adapter_t.c.id).where(adapter_t.c.name == name)).first()
             if existing is not None:
                 if not replace_existing:
@@ -164,13 +164,13 @@ class JobsMixin(StoreBase):
             return cv.to_adapter(row)
 
     def get_adapter(self, name: str) -> d.Adapter:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*cv.ADAPTER_COLUMNS).where(adapter_t.c.name == name)).first()
         if row is None:
             raise NotFoundError(f"no adapter named {name!r}")
         return cv.to_adapter(row)
 
     def list_adapters(self) -> list[d.Adapter]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(select(*cv.ADAPTER_COLUMNS).order_by(adapter_t.c.id.desc())).all()
         return [cv.to_adapter(r) for r in rows]

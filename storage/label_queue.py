@@ -9,7 +9,7 @@ from sqlalchemy import func, select, tuple_, union
 
 from storage import converters as cv
 from storage import domain as d
-from storage.store_base import StoreBase, _latest_label, label_t, node_t
+from storage.store_base import StoreBase, label_t, latest_label, node_t
 
 
 def _blanks_to_spaces(text: Any) -> Any:
@@ -46,7 +46,7 @@ class LabelQueueMixin(StoreBase):
             .limit(limit)
             .offset(offset)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_node(r) for r in conn.execute(stmt)]
 
     def count_label_queue(
@@ -62,7 +62,7 @@ class LabelQueueMixin(StoreBase):
             .select_from(node_t)
             .where(*self._unlabelled(kind, session_id, after))
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
     @staticmethod
@@ -74,7 +74,7 @@ class LabelQueueMixin(StoreBase):
         latest = (
             select(label_t.c.node_id, label_t.c.scope)
             .join(node_t, node_t.c.id == label_t.c.node_id)
-            .where(_latest_label(), label_t.c.source.is_(None))
+            .where(latest_label(), label_t.c.source.is_(None))
         )
         if session_id is not None:
             latest = latest.where(node_t.c.session_id == session_id)
@@ -113,7 +113,7 @@ class LabelQueueMixin(StoreBase):
             select(label_t.c.node_id, label_t.c.value, label_t.c.scope)
             .join(node_t, node_t.c.id == label_t.c.node_id)
             .where(
-                _latest_label(),
+                latest_label(),
                 node_t.c.session_id.in_(
                     select(node_t.c.session_id).where(node_t.c.id.in_(wanted)).distinct()
                 ),
@@ -136,7 +136,7 @@ class LabelQueueMixin(StoreBase):
             select(covered.c.id, covered.c.value).where(covered.c.id.in_(wanted)),
         )
         found: dict[int, d.LabelValue] = {}
-        with self._read() as conn:
+        with self.db.read() as conn:
             for node_id, value in conn.execute(stmt):
                 if found.get(node_id) is not d.LabelValue.BAD:
                     found[node_id] = d.LabelValue(value)

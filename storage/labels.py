@@ -13,11 +13,11 @@ from storage import domain as d
 from storage.errors import NotFoundError, StoreError
 from storage.store_base import (
     StoreBase,
-    _enum,
-    _latest_label,
     decision_t,
+    enum_value,
     evaluation_t,
     label_t,
+    latest_label,
     node_t,
 )
 
@@ -40,19 +40,19 @@ class LabelsMixin(StoreBase):
         `edit`) or the alternate taken instead (for `pick_alternate`)."""
         values = {
             "node_id": node_id,
-            "verdict": _enum(d.Verdict, verdict).value,
-            "actor": _enum(d.Actor, actor).value,
+            "verdict": enum_value(d.Verdict, verdict).value,
+            "actor": enum_value(d.Actor, actor).value,
             "reason": reason,
             "result_node_id": result_node_id,
             "created_at": time.time(),
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._require_nodes(conn, {node_id, result_node_id})
             row = conn.execute(insert(decision_t).values(values).returning(*cv.DECISION_COLUMNS))
             return cv.to_decision(row.one())
 
     def decisions(self, node_id: int) -> list[d.Decision]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(*cv.DECISION_COLUMNS)
                 .where(decision_t.c.node_id == node_id)
@@ -74,14 +74,14 @@ class LabelsMixin(StoreBase):
         label (no `source`) outranks every automatic one (`source="checks"`)."""
         values = {
             "node_id": node_id,
-            "value": _enum(d.LabelValue, value).value,
-            "scope": _enum(d.LabelScope, scope).value,
+            "value": enum_value(d.LabelValue, value).value,
+            "scope": enum_value(d.LabelScope, scope).value,
             "note": note,
             "created_at": time.time(),
             "retracted_at": None,
             "source": source,
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._require_nodes(conn, {node_id})
             row = conn.execute(insert(label_t).values(values).returning(*cv.LABEL_COLUMNS))
             return cv.to_label(row.one())
@@ -89,7 +89,7 @@ class LabelsMixin(StoreBase):
     def retract_label(self, label_id: int) -> d.Label:
         """Undo a label: it stays in the history, marked retracted; the node falls back
         to its previous label, if any."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 update(label_t)
                 .where(label_t.c.id == label_id, label_t.c.retracted_at.is_(None))
@@ -106,9 +106,9 @@ class LabelsMixin(StoreBase):
             return cv.to_label(row)
 
     def label_of(self, node_id: int) -> d.Label | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
-                select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id, _latest_label())
+                select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id, latest_label())
             ).first()
         return cv.to_label(row) if row else None
 
@@ -119,19 +119,19 @@ class LabelsMixin(StoreBase):
         if not wanted:
             return {}
         stmt = select(*cv.LABEL_COLUMNS).where(
-            label_t.c.node_id.in_(wanted), label_t.c.source.is_not(None), _latest_label()
+            label_t.c.node_id.in_(wanted), label_t.c.source.is_not(None), latest_label()
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return {lab.node_id: lab for lab in map(cv.to_label, conn.execute(stmt))}
 
     def count_automatic_labels(self) -> int:
         """How many blocks carry an automatic label in effect (none of the operator's)."""
-        stmt = select(func.count()).where(label_t.c.source.is_not(None), _latest_label())
-        with self._read() as conn:
+        stmt = select(func.count()).where(label_t.c.source.is_not(None), latest_label())
+        with self.db.read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
     def label_history(self, node_id: int) -> list[d.Label]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(*cv.LABEL_COLUMNS).where(label_t.c.node_id == node_id).order_by(label_t.c.id)
             ).all()
@@ -142,10 +142,10 @@ class LabelsMixin(StoreBase):
         stmt = (
             select(*cv.LABEL_COLUMNS)
             .join(node_t, node_t.c.id == label_t.c.node_id)
-            .where(node_t.c.session_id == session_id, _latest_label())
+            .where(node_t.c.session_id == session_id, latest_label())
             .order_by(label_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return {lab.node_id: lab for lab in map(cv.to_label, conn.execute(stmt))}
 
     def record_evaluation(
@@ -162,14 +162,14 @@ class LabelsMixin(StoreBase):
         values = {
             "node_id": node_id,
             "name": name,
-            "kind": _enum(d.EvaluationKind, kind).value,
+            "kind": enum_value(d.EvaluationKind, kind).value,
             "result": result,
             "passed": passed,
             "error": error,
             "duration": duration,
             "created_at": time.time(),
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._require_nodes(conn, {node_id})
             row = conn.execute(
                 insert(evaluation_t).values(values).returning(*cv.EVALUATION_COLUMNS)
@@ -177,7 +177,7 @@ class LabelsMixin(StoreBase):
             return cv.to_evaluation(row.one())
 
     def evaluations(self, node_id: int) -> list[d.EvaluationResult]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(*cv.EVALUATION_COLUMNS)
                 .where(evaluation_t.c.node_id == node_id)

@@ -57,7 +57,7 @@ class MemoryVectorsMixin(StoreBase):
             .order_by(node_t.c.id)
             .limit(limit)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_node(r) for r in conn.execute(stmt)]
 
     def add_memory_vectors(self, index_key: str, model: str, node_ids: Sequence[int]) -> list[int]:
@@ -65,7 +65,7 @@ class MemoryVectorsMixin(StoreBase):
         if not node_ids:
             return []
         now = time.time()
-        with self._write() as conn:
+        with self.db.write() as conn:
             if conn.dialect.name == "postgresql":
                 ids = list(
                     conn.execute(
@@ -105,7 +105,7 @@ class MemoryVectorsMixin(StoreBase):
             .where(memory_t.c.index_key == index_key)
         )
         found: dict[int, tuple[int, int, str]] = {}
-        with self._read() as conn:
+        with self.db.read() as conn:
             if vector_ids is None:
                 for vid, nid, sid, kind in conn.execute(stmt):
                     found[vid] = (nid, sid, kind)
@@ -120,7 +120,7 @@ class MemoryVectorsMixin(StoreBase):
     def delete_memory_vectors(self, index_key: str, vector_ids: Iterable[int] | None = None) -> int:
         """Forget the named vectors of an index (all of them without `vector_ids`)."""
         stmt = memory_t.delete().where(memory_t.c.index_key == index_key)
-        with self._write() as conn:
+        with self.db.write() as conn:
             if vector_ids is None:
                 return conn.execute(stmt).rowcount
             wanted = sorted(set(vector_ids))
@@ -137,5 +137,5 @@ class MemoryVectorsMixin(StoreBase):
             .group_by(memory_t.c.index_key, memory_t.c.model)
             .order_by(memory_t.c.index_key)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [(k, m, int(n)) for k, m, n in conn.execute(stmt)]

@@ -13,7 +13,7 @@ from storage import converters as cv
 from storage import domain as d
 from storage.errors import NotFoundError
 from storage.models import Logprobs, TokenIds
-from storage.store_base import StoreBase, _enum, node_t, session_t
+from storage.store_base import StoreBase, enum_value, node_t, session_t
 
 
 def _unpack(packed: array[Any] | None) -> list[Any] | None:
@@ -41,7 +41,7 @@ class NodesMixin(StoreBase):
         self._check_batch(nodes)
         now = time.time()
         rows = [self._node_values(session_id, n, now) for n in nodes]
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._check_targets(conn, session_id, nodes)
             ids = self._reserve_node_ids(conn, len(rows))
             for row, node, new_id in zip(rows, nodes, ids, strict=True):
@@ -119,8 +119,8 @@ class NodesMixin(StoreBase):
             "tick": n.tick,
             "kind": n.kind,
             "text": n.text,
-            "author": _enum(d.Author, n.author).value,
-            "status": _enum(d.NodeStatus, n.status).value,
+            "author": enum_value(d.Author, n.author).value,
+            "status": enum_value(d.NodeStatus, n.status).value,
             "score": n.score,
             "score_parts": dict(n.score_parts),
             "token_ids": TokenIds.pack(n.token_ids),
@@ -135,7 +135,7 @@ class NodesMixin(StoreBase):
         }
 
     def get_node(self, node_id: int) -> d.Node:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*cv.NODE_COLUMNS).where(node_t.c.id == node_id)).first()
         if row is None:
             raise NotFoundError(f"no node {node_id}")
@@ -143,7 +143,7 @@ class NodesMixin(StoreBase):
 
     def children(self, node_id: int, *, with_tokens: bool = False) -> list[d.Node]:
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(*columns).where(node_t.c.parent_id == node_id).order_by(node_t.c.id)
             ).all()
@@ -163,7 +163,7 @@ class NodesMixin(StoreBase):
         )
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
         stmt = select(*columns).join(up, up.c.id == node_t.c.id).order_by(up.c.depth.desc())
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(stmt).all()
         if not rows:
             raise NotFoundError(f"no node {node_id}")
@@ -172,21 +172,21 @@ class NodesMixin(StoreBase):
     def tree(self, session_id: int, *, with_tokens: bool = False) -> list[d.Node]:
         """Every node of a session in one query, parents before children (id order)."""
         columns = cv.NODE_COLUMNS if with_tokens else cv.NODE_LIGHT_COLUMNS
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(*columns).where(node_t.c.session_id == session_id).order_by(node_t.c.id)
             ).all()
         return [cv.to_node(r, with_tokens) for r in rows]
 
     def count_nodes(self, session_id: int) -> int:
-        with self._read() as conn:
+        with self.db.read() as conn:
             return conn.execute(
                 select(func.count()).select_from(node_t).where(node_t.c.session_id == session_id)
             ).scalar_one()
 
     def set_node_status(self, node_id: int, status: d.NodeStatus | str) -> None:
-        value = _enum(d.NodeStatus, status).value
-        with self._write() as conn:
+        value = enum_value(d.NodeStatus, status).value
+        with self.db.write() as conn:
             done = conn.execute(
                 update(node_t)
                 .where(node_t.c.id == node_id)
@@ -206,8 +206,8 @@ class NodesMixin(StoreBase):
         tokens of a node never change: an edit is a new node)."""
         values: dict[str, Any] = {"updated_at": time.time()}
         if status is not None:
-            values["status"] = _enum(d.NodeStatus, status).value
-        with self._write() as conn:
+            values["status"] = enum_value(d.NodeStatus, status).value
+        with self.db.write() as conn:
             if meta:
                 row = conn.execute(select(node_t.c.meta).where(node_t.c.id == node_id)).first()
                 if row is None:

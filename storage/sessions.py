@@ -10,7 +10,7 @@ from sqlalchemy import insert, select, update
 from storage import converters as cv
 from storage import domain as d
 from storage.errors import NotFoundError
-from storage.store_base import StoreBase, _enum, session_t
+from storage.store_base import StoreBase, enum_value, session_t
 
 
 class SessionsMixin(StoreBase):
@@ -37,16 +37,16 @@ class SessionsMixin(StoreBase):
             "model": model,
             "adapter": adapter,
             "settings": settings or {},
-            "status": _enum(d.SessionStatus, status).value,
+            "status": enum_value(d.SessionStatus, status).value,
             "created_at": now,
             "updated_at": now,
         }
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(insert(session_t).values(values).returning(*cv.SESSION_COLUMNS))
             return cv.to_session(row.one())
 
     def get_session(self, session_id: int) -> d.Session:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(*cv.SESSION_COLUMNS).where(session_t.c.id == session_id)
             ).first()
@@ -66,8 +66,8 @@ class SessionsMixin(StoreBase):
             session_t.c.updated_at.desc(), session_t.c.id.desc()
         )
         if status is not None:
-            stmt = stmt.where(session_t.c.status == _enum(d.SessionStatus, status).value)
-        with self._read() as conn:
+            stmt = stmt.where(session_t.c.status == enum_value(d.SessionStatus, status).value)
+        with self.db.read() as conn:
             rows = conn.execute(stmt.limit(limit).offset(offset)).all()
         return [cv.to_session(r) for r in rows]
 
@@ -79,7 +79,7 @@ class SessionsMixin(StoreBase):
             .where(session_t.c.settings[key][field].as_string() == value)
             .order_by(session_t.c.id)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [cv.to_session(r) for r in conn.execute(stmt)]
 
     def set_session_status(
@@ -94,9 +94,9 @@ class SessionsMixin(StoreBase):
         session's settings as `status_reason`, replacing the last one ("" removes it);
         `settings`: keys of the session's settings to set with it (the process that runs
         it now)."""
-        value = _enum(d.SessionStatus, status).value
+        value = enum_value(d.SessionStatus, status).value
         changes: dict[str, Any] = {"status": value, "updated_at": time.time()}
-        with self._write() as conn:
+        with self.db.write() as conn:
             if reason is not None or settings:
                 stored = conn.execute(
                     select(session_t.c.settings).where(session_t.c.id == session_id)

@@ -8,8 +8,9 @@ with keysets instead of holding a cursor.
 
 The class is assembled from one mixin per aggregate, each in its own module:
 
-- `storage.store_base`: the engines, `_read`/`_write`, `health`, `close`, the context
-  manager, the table handles and the helpers several aggregates share;
+- `storage.store_base`: the `Database` (the engines, `read()`/`write()`, `health`), which
+  every aggregate reaches as `self.db`; `close`, the context manager, the table handles
+  and the helpers several aggregates share;
 - `storage.sessions`: sessions;
 - `storage.batches`: batches and their tasks;
 - `storage.nodes`: the nodes of a trace tree (add, read, walk, update);

@@ -1,5 +1,6 @@
-"""The base of `TraceStore`: the engines, one short transaction per write and one
-short connection per read, and the table handles and helpers every aggregate uses.
+"""The base of `TraceStore`: the `Database` (the engines, one short transaction per write
+and one short connection per read), and the table handles and helpers every aggregate
+uses.
 
 Every write is one short transaction on the writer engine (`BEGIN IMMEDIATE` on SQLite);
 every read a short connection on the reader engine. Nothing here holds a transaction
@@ -48,7 +49,7 @@ batch_task_t = cast(Table, BatchTaskRow.__table__)
 E = TypeVar("E", bound=StrEnum)
 
 
-def _enum(kind: type[E], value: str | E) -> E:
+def enum_value(kind: type[E], value: str | E) -> E:
     try:
         return kind(value)
     except ValueError:
@@ -56,7 +57,7 @@ def _enum(kind: type[E], value: str | E) -> E:
         raise ValueError(f"{value!r} is not a valid {kind.__name__} ({allowed})") from None
 
 
-def _latest_label() -> Any:
+def latest_label() -> Any:
     """The condition that makes a `label` row its node's effective label: not retracted,
     and no other unretracted label on the same node outranks it. The operator's labels
     outrank automatic ones (a `source`); among the same kind, the latest wins."""
@@ -74,27 +75,33 @@ def _latest_label() -> Any:
     )
 
 
-class StoreBase:
-    """The engines and how every aggregate uses them: `_write()` is a write transaction,
-    `_read()` a short read connection."""
+class Database:
+    """The store's engines: `write()` is a write transaction, `read()` a short read
+    connection; every aggregate of `TraceStore` reaches the tables through these."""
 
     def __init__(self, db: str | Path) -> None:
         self.url = database_url(db)
         path = sqlite_path(self.url)
         self.where = str(path) if path is not None else self.url
-        self._writer, self._reader = create_engines(self.url)
+        self.writer, self.reader = create_engines(self.url)
         try:
-            ensure_schema(self._writer, where=self.where)
+            ensure_schema(self.writer, where=self.where)
         except BaseException:
             self.close()
             raise
 
+    def write(self):  # -> context manager yielding a Connection in a write transaction
+        return self.writer.begin()
+
+    def read(self):
+        return self.reader.connect()
+
     def health(self) -> dict[str, str]:
-        """What `agent-console doctor` reports: where the store is, its schema revision,
-        and for SQLite the journal mode and `PRAGMA quick_check`."""
+        """Where the store is, its schema revision, and for SQLite the journal mode and
+        `PRAGMA quick_check`."""
         from storage.migrate import current_revision
 
-        with self._read() as conn:
+        with self.read() as conn:
             report = {"where": self.where, "schema": str(current_revision(conn))}
             if sqlite_path(self.url) is not None:
                 report["journal_mode"] = str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
@@ -102,17 +109,28 @@ class StoreBase:
         return report
 
     def close(self) -> None:
-        self._writer.dispose()
-        self._reader.dispose()
+        self.writer.dispose()
+        self.reader.dispose()
+
+
+class StoreBase:
+    """What every aggregate of `TraceStore` shares: its `Database`, and the store as a
+    context manager."""
+
+    def __init__(self, db: str | Path) -> None:
+        self.db = Database(db)
+        self.url = self.db.url
+        self.where = self.db.where
+
+    def health(self) -> dict[str, str]:
+        """What `agent-console doctor` reports (`Database.health`)."""
+        return self.db.health()
+
+    def close(self) -> None:
+        self.db.close()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _write(self):  # -> context manager yielding a Connection in a write transaction
-        return self._writer.begin()
-
-    def _read(self):
-        return self._reader.connect()

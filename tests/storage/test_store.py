@@ -47,7 +47,7 @@ def _statements(store: TraceStore) -> Iterator[list[str]]:
         if statement.split(None, 1)[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
             seen.append(statement)
 
-    engine = store._reader  # the only way to watch the queries; the API hides engines
+    engine = store.db.reader  # the only way to watch the queries; the API hides engines
     event.listen(engine, "before_cursor_execute", record)
     try:
         yield seen

@@ -382,7 +382,7 @@ def test_counting_reads_a_session_in_three_queries(store: TraceStore) -> None:
         if statement.split(None, 1)[0].upper() == "SELECT":
             seen.append(statement)
 
-    engine = store._reader  # the only way to watch the queries; the API hides engines
+    engine = store.db.reader  # the only way to watch the queries; the API hides engines
     event.listen(engine, "before_cursor_execute", record)
     try:
         evidence = load_evidence(store, s.id)
