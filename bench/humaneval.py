@@ -65,6 +65,25 @@ def read_kept(path: Path) -> dict[str, dict]:
     return {row["task_id"]: row for row in rows}
 
 
+#: Pauses of a run, one a line (`START END`, epoch seconds): whoever stops the bench's
+#: processes (SIGSTOP) to use the machine for something else writes one here before
+#: letting them go on (SIGCONT), and the rows count only the time the bench ran.
+PAUSES = "pauses.log"
+
+
+def running_seconds(folder: Path, started: float) -> float:
+    """Seconds since `started` (epoch) that the bench ran: the pauses logged in the run's
+    folder left out."""
+    now = time.time()
+    paused = 0.0
+    path = folder / PAUSES
+    if path.exists():
+        for line in path.read_text().splitlines():
+            start, end = (float(x) for x in line.split()[:2])
+            paused += max(0.0, min(end, now) - max(start, started))
+    return round(now - started - paused, 1)
+
+
 def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -> list[dict]:
     kept_path = folder / "plain.jsonl"
     kept = read_kept(kept_path)
@@ -72,11 +91,11 @@ def run_plain(backend: Any, problems: list[Problem], suite: Any, folder: Path) -
     for problem in problems:
         row = kept.get(problem.task_id)
         if row is None:
-            started = time.perf_counter()
+            started = time.time()
             reply = plain_answer(backend, problem)
             row = {
                 "task_id": problem.task_id,
-                "seconds": round(time.perf_counter() - started, 1),
+                "seconds": running_seconds(folder, started),
                 "tokens": len(reply.token_ids),
                 "reply": reply.text,
             }
@@ -158,13 +177,14 @@ def run_agent(
                 options = RunOptions.from_settings(
                     Settings(), backend, approval="auto", max_ticks=ticks, memory=False, seed=0
                 )
-                started = time.perf_counter()
+                started = time.time()
                 outcome = Runtime(store, backend, task, options, sessions_dir=folder / "s").run()
                 run = {
                     "task_id": problem.task_id,
                     "runtime": version.current(),
                     "session": outcome.session_id,
-                    "seconds": round(time.perf_counter() - started, 1),
+                    "seconds": running_seconds(folder, started),
+                    "paused_s": round(time.time() - started - running_seconds(folder, started), 1),
                     "tokens": outcome.tokens,
                     "status": outcome.status.value,
                     **judge(store, outcome.session_id),
