@@ -47,8 +47,8 @@ class LiveControl:
         self.quiet_since = 0.0
         self.awaiting_operator = False
         #: what a tick costs at this machine's speed: the last measured here until the
-        #: session's first block is in (`measured`), then at most what its planned tokens
-        #: take at that block's speed, then what its first whole tick took
+        #: session's first block is in (`measured`), then what its planned tokens take at
+        #: that block's speed, then what its first whole tick took
         self.tick_cost = ""
         self.measured = False
         #: the live session's tokens a block, and the model's seconds of each tick so far
@@ -189,8 +189,8 @@ class LiveControl:
         return speed.speed_file(self.bench.store.url)
 
     def sampled(self, event: BlockSampled) -> str | None:
-        """A round of a block's candidates is in. From the session's first: at most what a
-        tick will cost at this machine's speed, its planned tokens counted (the status bar
+        """A round of a block's candidates is in. From the session's first: what a tick
+        will cost at this machine's speed, its planned tokens counted (the status bar
         says it from now on, the next session's first line too) and, when a tick takes
         over a minute, the line that tells the operator how to make it faster (once).
         From the first block of its second tick: what its first tick took."""
@@ -205,28 +205,28 @@ class LiveControl:
             return None
         self.measured = True
         self._remember(event)
-        tick, bound = self.tick_bound(event)
-        self.tick_cost = f"a tick ≤ {duration(tick)}" if bound else f"a tick ≈ {duration(tick)}"
+        tick, planned_tokens = self.tick_estimate(event)
+        self.tick_cost = f"a tick ≈ {duration(tick)}"
         if tick < SLOW_TICK:
             return None
         speed = f"{event.tokens_per_second:.0f} tokens/s" if event.tokens_per_second else "slowly"
         planned = (
             f"{BLOCKS_A_TICK} blocks of up to {self.block_tokens} tokens a candidate"
-            if bound
+            if planned_tokens
             else f"{BLOCKS_A_TICK} blocks"
         )
         return (
             f"the model writes {speed} here: {event.candidates} candidates of a block took "
-            f"{event.seconds:.0f} s, so a tick ({planned}) takes "
-            f"{'up to' if bound else 'about'} {duration(tick)}. Faster: fewer candidates "
+            f"{event.seconds:.0f} s, so a tick ({planned}, one try each) takes about "
+            f"{duration(tick)}. Faster: fewer candidates "
             "(--candidates 2), shorter blocks (--block-tokens 256), or a model server "
             "(agent-console serve, then --base-url)"
         )
 
-    def tick_bound(self, event: BlockSampled) -> tuple[float, bool]:
+    def tick_estimate(self, event: BlockSampled) -> tuple[float, bool]:
         """What a tick will cost, from the session's first block: that block's time and
-        the rest's planned tokens (each candidate's `block_tokens`) at its speed, an upper
-        bound (True); without the speed or the plan, BLOCKS_A_TICK such blocks (False)."""
+        the rest's planned tokens (each candidate's `block_tokens`, one try each) at its
+        speed (True); without the speed or the plan, BLOCKS_A_TICK such blocks (False)."""
         if not event.tokens_per_second or not self.block_tokens:
             return BLOCKS_A_TICK * event.seconds, False
         rest = (BLOCKS_A_TICK - 1) * event.candidates * self.block_tokens
