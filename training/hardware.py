@@ -123,6 +123,8 @@ class Hardware:
     bf16: bool = False
     liger: bool = False
     bitsandbytes: bool = False
+    #: FlashAttention 2 (`flash_attn`) is installed: padding-free packing can run on it
+    flash_attention: bool = False
     name: str = ""
     #: CPU cores this process may run on
     cpu_count: int = 1
@@ -147,6 +149,7 @@ def detect_hardware() -> Hardware:
 
     liger = importlib.util.find_spec("liger_kernel") is not None
     bnb = importlib.util.find_spec("bitsandbytes") is not None
+    flash = importlib.util.find_spec("flash_attn") is not None
     cores = usable_cores()
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
@@ -164,6 +167,7 @@ def detect_hardware() -> Hardware:
             bf16=bool(torch.cuda.is_bf16_supported()),
             liger=liger,
             bitsandbytes=bnb,
+            flash_attention=flash,
             name=torch.cuda.get_device_name(0),
             cpu_count=cores,
         )
