@@ -16,6 +16,9 @@ LoRA and (7B) the batch of 2 that fits set; "auto" is what `pick_settings` choos
 this GPU's free memory, passed as `trl_config_kwargs` and `model_kwargs`, as the worker
 does. tokens/s counts real (non-padding) tokens, from trl's own `num_tokens` metric.
 
+`--head-memory` runs only what trl's SFT step holds on the CPU by vocabulary and tokens
+(its LM head is chunked: the logits are never whole).
+
 Goal (issue 7): auto >= 2x defaults at both sizes, ahead of trl's best switches (0.5B:
 19.6k tokens/s; 7B: 7.1k, measured on an H100).
 """
@@ -319,6 +322,97 @@ def dataset_child(kind: str, db: str, folder: str) -> int:
     return 0
 
 
+# -- the LM head's memory ----------------------------------------------------------------------------
+
+
+def bench_head_memory() -> list[str]:
+    """What trl's SFT step (the GPU path's trainer: its own chunked LM head, no completion
+    loss of ours) holds beyond the model on the CPU, for a 2-layer Qwen2 of hidden size 64
+    with a 32k and a 152k vocabulary at 2k and 8k tokens a step, each in its own process:
+    were the logits materialized, 8k tokens of the 152k vocabulary would hold 10 GB more."""
+    lines = []
+    for vocab in (32_000, 151_936):
+        for tokens in (2048, 8192):
+            done = subprocess.run(
+                [sys.executable, __file__, "--head-child", str(vocab), str(tokens)],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, TOKENIZERS_PARALLELISM="false"),
+            )
+            found = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            if not found:
+                tail = " | ".join(done.stderr.strip().splitlines()[-2:])
+                lines.append(f"head memory, vocab {vocab}, {tokens} tokens: failed: {tail[:300]}")
+                continue
+            got = json.loads(found[-1])
+            lines.append(
+                f"head memory, vocab {vocab:,}, {tokens:,} tokens a step: "
+                f"{got['step_mib']:,.0f} MiB over the loaded model"
+            )
+    return lines
+
+
+def head_child(vocab: int, tokens: int) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
+    from trl import SFTConfig, SFTTrainer
+
+    from training.trainer import lora_config
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=vocab,
+        max_position_embeddings=2 * tokens,
+    )
+    model = Qwen2ForCausalLM(config)
+    tokenizer = word_tokenizer(vocab)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    rng = random.Random(0)
+
+    def text(n: int) -> str:
+        return " ".join(f"t{rng.randrange(4, vocab)}" for _ in range(n))
+
+    rows = [{"prompt": text(tokens - 40), "completion": text(30)} for _ in range(4)]
+    with tempfile.TemporaryDirectory(prefix="agent-console-head-") as out:
+        args = SFTConfig(
+            output_dir=out,
+            max_steps=2,
+            per_device_train_batch_size=1,
+            max_length=tokens,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            gradient_checkpointing=False,
+            dataset_num_proc=None,
+        )
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            peft_config=lora_config(8),
+        )
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        trainer.train()
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"vocab": vocab, "tokens": tokens, "step_mib": (after - before) / 1024}))
+    return 0
+
+
 # -- the report -------------------------------------------------------------------------------------
 
 
@@ -338,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--dataset-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--head-child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--head-memory",
+        action="store_true",
+        help="only what trl's SFT step holds on the CPU by vocabulary and tokens",
+    )
     parser.add_argument("--quick", action="store_true", help="CPU, tiny shape: a smoke test")
     parser.add_argument("--shapes", default=None, help="comma-separated: 0.5b,7b (default)")
     parser.add_argument("--kinds", default="sft,dpo")
@@ -354,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         return child(args.child)
     if args.dataset_child:
         return dataset_child(*args.dataset_child)
+    if args.head_child:
+        return head_child(*args.head_child)
+    if args.head_memory:
+        for line in bench_head_memory():
+            print(line, flush=True)
+        return 0
 
     shapes = (args.shapes or ("tiny" if args.quick else "0.5b,7b")).split(",")
     steps = args.steps or (4 if args.quick else 8)
