@@ -10,7 +10,7 @@ Run: `.venv/bin/python bench/coder.py [--models qwen2.5-coder-0.5b,gemma-3-270m]
   blocks, the example tick, the grammar, 8 candidates of 256 tokens.
 
 Every session is `--approval auto`, at most `--ticks` ticks, on `--held-out` held-out
-seeds of each family (`agents.families.split`, never a teaching seed), from the
+seeds of each family (`agents.tasks.families.split`, never a teaching seed), from the
 `--first`-th on (those before it were looked at while the prompts were written: they are
 not measured). `--teaching` runs teaching variants instead, to try prompts on. Per model
 and options: sessions solved (every task check passes) with a 95% Wilson interval, chosen
@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import blocks
 from agents.backends.offline import ensure_model
 from agents.batch import wilson
-from agents.families import Variant, family_names, split, variant
 from agents.runtime import RunOptions, Runtime, session_solved
 from agents.settings import Settings
+from agents.tasks.families import Variant, family_names, split, variant
 from storage import NodeStatus, SessionStatus, TraceStore
 from training.teach import names_the_task
 

@@ -32,9 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.backends.offline import ensure_model
-from agents.families import load_family_task
 from agents.runtime import Runtime, session_options
 from agents.settings import Settings
+from agents.tasks.families import load_family_task
 from storage import TraceStore
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "coder_speed.json"

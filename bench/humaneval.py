@@ -9,7 +9,7 @@ Run: `.venv/bin/python bench/humaneval.py [--suite humaneval:held-out] [--modes 
   instruction for chat models ("Please provide a self-contained Python script that solves
   the following problem in a markdown code block"), its first code block taken as the
   answer, and the prompt plus the answer tested as the official harness does.
-- `agent`: the console's runtime on the problem's task (`agents.suites`): the product's
+- `agent`: the console's runtime on the problem's task (`agents.tasks.suites`): the product's
   defaults for the model, approval `auto`, memory off, at most `--ticks` ticks; the tests
   are hidden from it (a blind task), and it stops when its own evaluations pass.
 - `server`: the same sessions as a batch (`agents.batch`, `--workers` at a time) against
@@ -45,7 +45,7 @@ from agents import blocks
 from agents.batch import wilson
 from agents.runtime import RunOptions, Runtime, session_solved
 from agents.settings import Settings
-from agents.suites import (
+from agents.tasks.suites import (
     Problem,
     parse_ref,
     plain_answer,

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import blocks
 from agents.backends.offline import ensure_model
 from agents.batch import wilson
-from agents.families import Variant, family_names, split, variant
 from agents.runtime import Outcome, RunOptions, Runtime, session_solved
+from agents.tasks.families import Variant, family_names, split, variant
 from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
 from training.jobs import JobOptions, copy_sqlite, follow, queue_job
 from training.teach import (

@@ -1,7 +1,7 @@
 """A/B: the base model against an adapter, headless. What one side's session came to
 (`summarize`), which side the evaluation callbacks and the logit evaluator prefer
 (`judge`), the task a stored session ran (`resolve_task`), and the held-out set: the first
-`PER_FAMILY` held-out variants of every family (`agents.families.split`: never one a
+`PER_FAMILY` held-out variants of every family (`agents.tasks.families.split`: never one a
 teaching script was given), run on both sides one session after another (`run_held_out`).
 
 The console's A/B screens show these; the sides share the console's one model through
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.backends.pinned import PinnedAdapter
-from agents.families import Variant, family_names, split, variant
+from agents.tasks.families import Variant, family_names, split, variant
 from storage import Author, EvaluationKind, NodeStatus, SessionStatus, TraceStore
 from training.rules import evaluation_passed
 

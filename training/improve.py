@@ -1,5 +1,5 @@
 """Improvement between operator sessions (`agent-console improve`): rounds of rollouts on a
-task family's teaching variants (or a benchmark suite's teaching problems, `agents.suites`), labelled by the tasks' own checks, trained with the
+task family's teaching variants (or a benchmark suite's teaching problems, `agents.tasks.suites`), labelled by the tasks' own checks, trained with the
 product's own jobs, and kept only when held-out variants get better.
 
 A round, in order; each step's result is written to the run's `state` in the store as soon
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.batch import wilson
-from agents.suites import task_sets
-from agents.task_spec import TaskError
+from agents.tasks.spec import TaskError
+from agents.tasks.suites import task_sets
 from storage import BatchStatus, JobKind, JobStatus
 from training.auto_labels import label_from_checks
 from training.jobs import JobError, JobOptions, follow, queue_job, reap_dead_jobs, resume_job

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agents.families import Variant, parse_name
+from agents.tasks.families import Variant, parse_name
 from training.teach import TAUGHT, HeldOutError, check_teaching
 
 if TYPE_CHECKING:

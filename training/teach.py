@@ -13,7 +13,7 @@ is an operator action and is counted (`Tally`).
 A reject costs the action a try: give teaching sessions at least two (`attempts`), or the
 rewrite that follows a reject never comes.
 
-What is taught comes from the variant's own blocks (`agents.families.Variant`), so a
+What is taught comes from the variant's own blocks (`agents.tasks.families.Variant`), so a
 teaching script never sees a held-out variant unless it is handed one, and
 `teach_sessions` refuses those (`HeldOutError`).
 """
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from agents.approval import Answer, ApprovalRequest
 from agents.blocks import registered_titles
-from agents.families import Variant, split, variant
+from agents.tasks.families import Variant, split, variant
 from storage import Author, LabelScope, LabelValue, NewNode, Node, NodeStatus
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ class ScriptedOperator:
 
 
 def check_teaching(variants: Iterable[Variant]) -> list[Variant]:
-    """The variants, refused if any is held out (the split of `agents.families`)."""
+    """The variants, refused if any is held out (the split of `agents.tasks.families`)."""
     chosen = list(variants)
     for v in chosen:
         if v.seed in split(v.family)[1]:

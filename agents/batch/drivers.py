@@ -15,7 +15,7 @@ from agents.batch.results import BatchProgress, progress_of
 from agents.batch.tasks_file import read_tasks
 from agents.batch.worker import BatchStopped, WorkerContext, worker_loop, worker_name
 from agents.runtime import RunOptions
-from agents.suites import is_suite_ref, select
+from agents.tasks.suites import is_suite_ref, select
 from storage import (
     Batch,
     BatchStatus,

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.families import FAMILIES, parse_seeds, split
-from agents.suites import absolute_ref, is_suite_ref, select, short_name
 from agents.tasks import TASK_SUFFIXES, Task, TaskError, load_task, prompt_task
+from agents.tasks.families import FAMILIES, parse_seeds, split
+from agents.tasks.suites import absolute_ref, is_suite_ref, select, short_name
 from agents.user_files import json_object_line, read_user_file
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from agents.runtime.kernel_host import KernelHost
 from agents.runtime.recording import Recorder
 from agents.runtime.sampling import Sampler
 from agents.sandbox import CallResult
-from storage import Actor, NewNode, Node, NodeStatus, SessionStatus, Verdict
+from storage import Actor, Author, NewNode, Node, NodeStatus, SessionStatus, Verdict
 
 #: An operator's edit longer than this shows in the context cut to it (the store keeps
 #: it whole): a pasted megabyte must not end the session.
@@ -113,7 +113,8 @@ class GateSteps:
             self.recorder.runtime_block(blocks.ERROR, error, tick_state.tick)
             error_text = result.error or ""
             if (
-                forms.NO_CHANGE in error_text
+                chosen.author is Author.MODEL
+                and forms.NO_CHANGE in error_text
                 and (chosen.meta.get("copy") or forms.CUT_NOTE not in error_text)
                 and self._answered()
             ):
@@ -121,7 +122,8 @@ class GateSteps:
                 # earlier action, the hotter round's too, or the one chosen wrote the
                 # files as they are): another try would say it again (the coder did, nine
                 # times on HumanEval/20, each padded differently with blank lines).
-                # Not before the model has answered: the files are then the task's own
+                # The model's, not the operator's edit. Not before the model has
+                # answered: the files are then the task's own
                 # (HumanEval/68's first action wrote the stub back; the session ended).
                 tick_state.kept = True
                 return

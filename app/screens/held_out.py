@@ -25,8 +25,8 @@ from app.shared import report_failure, workbench
 from training.ab import BASE, TUNED, run_held_out
 
 if TYPE_CHECKING:
-    from agents.families import Variant
     from agents.runtime import Runtime
+    from agents.tasks.families import Variant
     from agents.workbench import Workbench
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from agents import batch as b
 from agents.backends.openai_backend import OpenAIBackend
-from agents.families import FAMILIES, split
 from agents.runtime import RunOptions
+from agents.tasks.families import FAMILIES, split
 from app import exit_codes
 from storage import BatchStatus, BatchTaskStatus, SessionStatus, TraceStore
 from tests.app.test_cli import SCRIPT, _env

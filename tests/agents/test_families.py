@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agents.batch import TasksFileError, read_tasks, wilson
-from agents.families import FAMILIES, VARIANTS, parse_seeds, split, variant
 from agents.sandbox import Kernel
 from agents.tasks import TaskError, load_task, seed_workdir
+from agents.tasks.families import FAMILIES, VARIANTS, parse_seeds, split, variant
 
 
 def test_a_seed_always_makes_the_same_variant_and_seeds_differ_in_substance() -> None:

@@ -1,4 +1,4 @@
-"""Benchmark suites as tasks (`agents.suites`): HumanEval from its installed package and a
+"""Benchmark suites as tasks (`agents.tasks.suites`): HumanEval from its installed package and a
 user's JSON-lines file, judged by the problems' own tests in the sandbox, which the model
 never sees; plain (the model alone) and agent runs on the tiny model, plumbing only."""
 
@@ -17,7 +17,8 @@ from agents import blocks, prompting
 from agents.batch import TasksFileError, read_tasks, spec_name, suite_tasks
 from agents.runtime import session_solved
 from agents.sandbox import Kernel, Limits
-from agents.suites import (
+from agents.tasks import TaskError, load_task, seed_workdir
+from agents.tasks.suites import (
     HUMANEVAL,
     SOLUTION,
     load_suite,
@@ -28,7 +29,6 @@ from agents.suites import (
     task_sets,
     verdict,
 )
-from agents.tasks import TaskError, load_task, seed_workdir
 from app import exit_codes
 from storage import EvaluationKind, SessionStatus, TraceStore
 from tests.support.runs import make_runtime
@@ -126,7 +126,7 @@ result = (sorted(os.listdir(".")), found, [os.listdir(p) for p in package])
     assert found == []
     assert package in ([], [[]])  # hidden: an empty folder, or not found at all
     # outside the sandbox the package holds them (what the sandbox hides is real)
-    from agents.suites import humaneval_path
+    from agents.tasks.suites import humaneval_path
 
     assert marker.encode() in gzip.decompress(humaneval_path().read_bytes())
 

@@ -328,7 +328,7 @@ def test_unknown_builtin_lists_the_builtins() -> None:
     for name in SHIPPED:
         assert name in message
     with pytest.raises(TaskError, match="no such task"):
-        load_task("builtin:../task_files/vigenere")
+        load_task("builtin:../shipped/vigenere")
 
 
 # -- seeding -------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from textual.widgets import DataTable, RichLog, Static
 
 from agents.backends.pinned import PinnedAdapter
 from agents.backends.transformers_backend import TransformersBackend
-from agents.families import split
 from agents.runtime import task_snapshot
 from agents.settings import Settings
+from agents.tasks.families import split
 from app import exit_codes
 from app.console import ConsoleApp
 from app.dialogs import AdapterPicker

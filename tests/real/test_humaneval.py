@@ -14,7 +14,7 @@ from agents import blocks
 from agents.backends.transformers_backend import TransformersBackend
 from agents.runtime import RunOptions, Runtime
 from agents.settings import Settings
-from agents.suites import (
+from agents.tasks.suites import (
     HUMANEVAL,
     SOLUTION,
     load_suite,

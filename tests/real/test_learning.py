@@ -26,8 +26,8 @@ import pytest
 from agents import blocks
 from agents.backends.transformers_backend import TransformersBackend, cpu_has_bf16
 from agents.events import NodeChanged, RuntimeEvent
-from agents.families import Variant, split, variant
 from agents.runtime import Runtime
+from agents.tasks.families import Variant, split, variant
 from storage import JobStatus, Node, TraceStore
 from training import starter
 from training.jobs import JobOptions, follow, queue_job

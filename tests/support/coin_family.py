@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from agents.families import FAMILIES, Family
+from agents.tasks.families import FAMILIES, Family
 
 NAME = "coin"
 

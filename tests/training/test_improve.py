@@ -18,9 +18,9 @@ import pytest
 from agents import batch as b
 from agents.adapters import use_registered_adapter
 from agents.backends import open_backend
-from agents.families import FAMILIES, split
 from agents.runtime import RunOptions
 from agents.settings import Settings
+from agents.tasks.families import FAMILIES, split
 from storage import BatchStatus, BatchTaskStatus, LabelValue, NodeStatus, TraceStore
 from tests.support.coin_family import FAMILY, coin_passes
 from training.datasets import iter_rows

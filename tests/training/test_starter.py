@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.families import split, variant
+from agents.tasks.families import split, variant
 from storage import TraceStore
 from training import starter
 from training.jobs import copy_sqlite

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.families import Variant, split, variant
 from agents.runtime import Outcome, Runtime
+from agents.tasks.families import Variant, split, variant
 from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
 from tests.support.runs import options
 from training.datasets import iter_rows

@@ -1,6 +1,6 @@
 """What a task is, apart from where it comes from: the `Task` record, `TaskError`, and the
 checks' validation (`register_checks`), which shipped tasks, task files (`agents.tasks`) and
-task families (`agents.families`) all go through.
+task families (`agents.tasks.families`) all go through.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ class Task:
     """Where it came from: "builtin:NAME", a file path, or "prompt"."""
     asks: dict[str, str] = field(default_factory=dict)
     """Block kind -> how this task asks for that block, in place of the block form's ask
-    (a suite's problem asks for solution.py's whole content, `agents.suites`)."""
+    (a suite's problem asks for solution.py's whole content, `agents.tasks.suites`)."""
     blind: bool = False
     """The checks' verdict is recorded but never shown to the model, which stops on its own
-    evaluations instead (a benchmark's hidden tests, `agents.suites`)."""
+    evaluations instead (a benchmark's hidden tests, `agents.tasks.suites`)."""
 
 
 def register_checks(

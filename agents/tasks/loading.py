@@ -1,4 +1,6 @@
-"""Tasks: what the agent is asked to do, the files it starts with, and how success is judged.
+"""Loading a task: a shipped one by name, a task file, a free-text prompt, or (through
+`agents.tasks.families` and `agents.tasks.suites`) a family's variant or a benchmark's
+problem; and the work directory it starts from.
 
 A task is a TOML or Python file, or a free-text prompt (a chat with no checks). Its checks
 are Python source that runs inside the sandbox kernel, never in the console: a Python task
@@ -24,10 +26,10 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from agents.task_spec import CHECK_PREFIX, Task, TaskError, register_checks
+from agents.tasks.spec import CHECK_PREFIX, Task, TaskError, register_checks
 from agents.user_files import UserFileError, read_user_file
 
-BUILTIN_DIR = Path(__file__).resolve().with_name("task_files")
+BUILTIN_DIR = Path(__file__).resolve().with_name("shipped")
 BUILTIN_PREFIX = "builtin:"
 TASK_SUFFIXES = (".toml", ".py")
 TOML_KEYS = ("title", "prompt", "max_ticks", "files", "checks")
@@ -45,7 +47,7 @@ def builtin_names() -> list[str]:
 def startable_names() -> list[str]:
     """What `load_task` starts by name: the shipped tasks, then each task family (a variant
     at random)."""
-    from agents.families import FAMILY_PREFIX, family_names
+    from agents.tasks.families import FAMILY_PREFIX, family_names
 
     return [*builtin_names(), *(f"{FAMILY_PREFIX}{name}" for name in family_names())]
 
@@ -67,13 +69,13 @@ def prompt_task(text: str) -> Task:
 
 def load_task(ref: str) -> Task:
     """A shipped task by name ("vigenere" or "builtin:vigenere"), a variant of a task family
-    ("family:compute:7", see `agents.families`), a benchmark's problem ("humaneval:12",
-    "jsonl:PATH:TASK_ID", see `agents.suites`), or a .toml / .py file."""
+    ("family:compute:7", see `agents.tasks.families`), a benchmark's problem ("humaneval:12",
+    "jsonl:PATH:TASK_ID", see `agents.tasks.suites`), or a .toml / .py file."""
     if ref.startswith("family:"):
-        from agents.families import load_family_task
+        from agents.tasks.families import load_family_task
 
         return load_family_task(ref)
-    from agents.suites import is_suite_ref, load_suite_task
+    from agents.tasks.suites import is_suite_ref, load_suite_task
 
     if is_suite_ref(ref):
         return load_suite_task(ref)

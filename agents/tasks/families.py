@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.task_spec import Task, TaskError, register_checks
+from agents.tasks.spec import Task, TaskError, register_checks
 
 FAMILY_PREFIX = "family:"
 #: Seeds per family in the teaching/held-out split (any seed makes a variant).

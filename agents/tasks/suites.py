@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents import blocks
-from agents.task_spec import Task, TaskError, register_checks
+from agents.tasks.spec import Task, TaskError, register_checks
 from agents.user_files import UserFileError, json_object_line, read_user_file
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ def _problems(path: Path, data: bytes) -> tuple[Problem, ...]:
 def task_sets(name: str) -> tuple[list[str], list[str]]:
     """(teaching refs, held-out refs) of a task family or a suite (`humaneval`,
     `jsonl:PATH`): what `improve` rolls out on, and what it measures."""
-    from agents.families import FAMILIES, FAMILY_PREFIX, split
+    from agents.tasks.families import FAMILIES, FAMILY_PREFIX, split
 
     if name in FAMILIES:
         teaching, held_out = split(name)
