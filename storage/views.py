@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from storage import domain as d
+from storage.bulk_reads import NodeOutline
 from storage.checks import CheckCounts
 
 
@@ -184,5 +185,84 @@ class Review(Sessions, Trees, Labels, Protocol):
     """A session read and labelled (the similar-branches screen, labels from the checks)."""
 
 
+class QueuePages(Protocol):
+    """What a page of the label queue is read from: the queue, and each item's context
+    (its session, decisions, tick, evaluations and automatic labels)."""
+
+    def label_queue(
+        self,
+        *,
+        limit: int = 200,
+        after: tuple[int, int, int] | None = None,
+        offset: int = 0,
+        session_id: int | None = None,
+        kind: str = "action",
+    ) -> list[d.Node]: ...
+
+    def count_label_queue(
+        self,
+        *,
+        after: tuple[int, int, int] | None = None,
+        session_id: int | None = None,
+        kind: str = "action",
+    ) -> int: ...
+
+    def sessions_by_id(self, session_ids: Iterable[int]) -> dict[int, d.Session]: ...
+
+    def decisions_for(self, node_ids: Iterable[int]) -> list[d.Decision]: ...
+
+    def tick_nodes(
+        self, session_id: int, ticks: Iterable[int], *, after_id: int = 0
+    ) -> list[d.Node]: ...
+
+    def evaluations_for(self, node_ids: Iterable[int]) -> list[d.EvaluationResult]: ...
+
+    def automatic_labels(self, node_ids: Iterable[int]) -> dict[int, d.Label]: ...
+
+
+class Evidence(Protocol):
+    """What the training rules count a session's data from: its outline, labels and
+    decisions, the sessions touched since a time, and the automatic labels in effect."""
+
+    def session_ids(self, *, active_since: float | None = None) -> list[int]: ...
+
+    def tree_outline(self, session_id: int) -> list[NodeOutline]: ...
+
+    def session_labels(self, session_id: int) -> dict[int, d.Label]: ...
+
+    def session_decisions(self, session_id: int) -> list[d.Decision]: ...
+
+    def count_automatic_labels(self) -> int: ...
+
+
+class Labelling(QueuePages, Evidence, Review, Protocol):
+    """The label screen's store: the queue's pages, the rules' counts, and what the
+    similar-branches screen reviews."""
+
+
+class JobControl(JobWrites, Protocol):
+    """What cancels, resumes and starts a job's worker: the job writes, the adapter it
+    registers, and where the store is (the worker opens it by `url`)."""
+
+    url: str
+    where: str
+
+    def get_adapter(self, name: str) -> d.Adapter: ...
+
+
 #: Every view, for the test that `TraceStore` satisfies them.
-VIEWS = (Sessions, Trees, Labels, Jobs, JobWrites, Adapters, Batches, Improvements, Review)
+VIEWS = (
+    Sessions,
+    Trees,
+    Labels,
+    Jobs,
+    JobWrites,
+    Adapters,
+    Batches,
+    Improvements,
+    Review,
+    QueuePages,
+    Evidence,
+    Labelling,
+    JobControl,
+)

@@ -54,7 +54,7 @@ from training.job_files import checkpoints_dir, job_dir, last_checkpoint, log_pa
 
 if TYPE_CHECKING:
     from storage import TraceStore
-    from storage.views import JobWrites
+    from storage.views import JobControl, JobWrites
 
 WORKER_MODULE = "training.worker"
 
@@ -360,7 +360,7 @@ def worker_command(job: Job, db_url: str) -> tuple[list[str], dict[str, str]]:
     return [*command, "--db", db_url], {}
 
 
-def spawn_worker(store: TraceStore, job: Job) -> Job:
+def spawn_worker(store: JobControl, job: Job) -> Job:
     """Start the job's worker, detached (own session, stdin closed, output appended to
     worker.log), and record its pid. The job is marked failed if it cannot start."""
     folder = job_dir(job)
@@ -400,14 +400,14 @@ def spawn_worker(store: TraceStore, job: Job) -> Job:
 # -- following, cancelling, resuming ------------------------------------------------------------
 
 
-def get_job(store: TraceStore, job_id: int) -> Job:
+def get_job(store: JobControl, job_id: int) -> Job:
     try:
         return store.get_job(job_id)
     except NotFoundError:
         raise JobError(f"no job {job_id} in {store.where}") from None
 
 
-def cancel_job(store: TraceStore, job_id: int) -> Job:
+def cancel_job(store: JobControl, job_id: int) -> Job:
     """Ask the job to stop: status `cancelling` and a `cancel` event; the worker saves a
     checkpoint, stops and sets `cancelled`. A job whose worker is gone is cancelled here."""
     job = get_job(store, job_id)
@@ -425,7 +425,7 @@ def cancel_job(store: TraceStore, job_id: int) -> Job:
     return job
 
 
-def resume_job(store: TraceStore, job_id: int) -> Job:
+def resume_job(store: JobControl, job_id: int) -> Job:
     """Start a new worker for a failed or cancelled job; it continues from the last
     complete checkpoint (from the start when there is none)."""
     job = get_job(store, job_id)

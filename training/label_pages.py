@@ -19,7 +19,8 @@ from storage import Decision, EvaluationKind, EvaluationResult, Label, Node, Nod
 from training.rules import Suggestion, suggest
 
 if TYPE_CHECKING:
-    from storage import Session, TraceStore
+    from storage import Session
+    from storage.views import QueuePages
 
 ACTION = "action"
 EXPECTATION = "expectation"
@@ -73,7 +74,7 @@ def through(key: QueueKey) -> QueueKey:
 
 
 def load_queue_page(
-    store: TraceStore,
+    store: QueuePages,
     *,
     after: QueueKey | None = None,
     limit: int = PAGE_SIZE,
@@ -88,7 +89,7 @@ def load_queue_page(
     return QueuePage(items=build_items(store, nodes), left=left, more=more)
 
 
-def build_items(store: TraceStore, nodes: Sequence[Node]) -> list[QueueItem]:
+def build_items(store: QueuePages, nodes: Sequence[Node]) -> list[QueueItem]:
     """The queue items for `nodes`, in their order, with a few queries in all."""
     if not nodes:
         return []

@@ -44,7 +44,7 @@ from storage import (
 )
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import Evidence
 
 
 class PairRule(StrEnum):
@@ -373,7 +373,7 @@ def dpo_pairs(
     return SessionEvidence(nodes, labels, decisions).dpo_pairs(since=since)
 
 
-def load_evidence(store: TraceStore, session_id: int) -> SessionEvidence:
+def load_evidence(store: Evidence, session_id: int) -> SessionEvidence:
     """A session's evidence in three queries (tree outline, labels, decisions)."""
     return SessionEvidence(
         store.tree_outline(session_id),
@@ -383,7 +383,7 @@ def load_evidence(store: TraceStore, session_id: int) -> SessionEvidence:
 
 
 def iter_session_counts(
-    store: TraceStore, *, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence, *, since: float | None = None, sessions: Collection[int] | None = None
 ) -> Iterator[tuple[int, Counts]]:
     """(session id, what its labels and verdicts make), one session in memory at a time.
     With `since`, sessions where nothing happened since then are not read at all; with
@@ -396,13 +396,13 @@ def iter_session_counts(
         )
 
 
-def _chosen(store: TraceStore, since: float | None, sessions: Collection[int] | None) -> list[int]:
+def _chosen(store: Evidence, since: float | None, sessions: Collection[int] | None) -> list[int]:
     found = store.session_ids(active_since=since)
     return found if sessions is None else [i for i in found if i in set(sessions)]
 
 
 def count_kto_examples(
-    store: TraceStore, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence, since: float | None = None, sessions: Collection[int] | None = None
 ) -> tuple[int, int]:
     """(desirable, undesirable) KTO examples the store's labels and verdicts make (those
     of `sessions` only, if given)."""
@@ -415,7 +415,7 @@ def count_kto_examples(
 
 
 def count_training_data(
-    store: TraceStore, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence, since: float | None = None, sessions: Collection[int] | None = None
 ) -> Counts:
     """How many SFT examples and DPO pairs the store's labels and verdicts make (only
     those whose evidence is from `since` on, and of `sessions`, if given)."""
@@ -446,7 +446,7 @@ class TrainingTally:
         return Counts(sum(c.sft_examples for c in counts), sum(c.dpo_pairs for c in counts))
 
     def refresh(
-        self, store: TraceStore, *, should_stop: Callable[[], bool] = lambda: False
+        self, store: Evidence, *, should_stop: Callable[[], bool] = lambda: False
     ) -> Counts | None:
         """Recount what changed; the new total, or None when told to stop first."""
         with self._lock:

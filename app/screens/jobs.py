@@ -32,7 +32,7 @@ from app.shared import report_failure, workbench
 from storage import Job, JobEvent, JobStatus
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import JobControl
 from training.job_lines import event_line, format_duration, format_rate, progress_line
 from training.jobs import (
     ACTIVE,
@@ -170,7 +170,7 @@ class JobsScreen(Screen[None]):
     #: the highlighted job's id (None while the list is empty)
     selected: reactive[int | None] = reactive(None, init=False, bindings=True)
 
-    def __init__(self, store: TraceStore) -> None:
+    def __init__(self, store: JobControl) -> None:
         super().__init__()
         self.store = store
         self.tracks: dict[int, JobTrack] = {}

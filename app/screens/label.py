@@ -43,7 +43,7 @@ from training.label_pages import PAGE_SIZE, QueueItem, QueueKey, QueuePage, load
 from training.rules import Counts, TrainingTally, evaluation_failed, evaluation_passed
 
 if TYPE_CHECKING:
-    from storage import TraceStore
+    from storage.views import Labelling
 
 EMPTY = "nothing left to label"
 #: Fetch the next page when the window holds this few items.
@@ -79,7 +79,7 @@ class LabelScreen(Screen[None]):
     busy: reactive[bool] = reactive(False, init=False, bindings=True)
     scope: reactive[LabelScope] = reactive(LabelScope.BLOCK, init=False, bindings=True)
 
-    def __init__(self, store: TraceStore, session_id: int | None = None) -> None:
+    def __init__(self, store: Labelling, session_id: int | None = None) -> None:
         super().__init__()
         self.store = store
         self.session_id = session_id
