@@ -577,6 +577,23 @@ def test_without_flash_attention_sft_pads_rows_instead_of_packing() -> None:
     )
 
 
+def test_the_plan_counts_trls_lm_head_tile() -> None:
+    """trl's SFT computes the LM head in tiles of at most its token chunk by its vocabulary
+    chunk (the logits are never whole: `bench/train.py --head-memory`); the plan counts at
+    least one such tile, in float32, whatever the vocabulary and tokens."""
+    from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
+    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+
+    shape = ModelShape.from_config(QWEN2_05B)
+    tile = TOKEN_CHUNK_SIZE * min(_CHUNKED_LOGPROB_CHUNK_SIZE, shape.vocab_size) * 4
+    for tokens in (4096, 32768):
+        plain = estimate_peak_bytes(shape, tokens=tokens, lora_r=64, checkpointing=False)
+        headless = dataclasses.replace(shape, vocab_size=1)
+        without = estimate_peak_bytes(headless, tokens=tokens, lora_r=64, checkpointing=False)
+        weights = (shape.parameters - headless.parameters) * 2  # the embedding, bf16
+        assert plain - without - weights >= tile
+
+
 def test_a_7b_model_fits_two_sequences_without_checkpointing_on_an_h100() -> None:
     """The configuration trl 1.16 measured fastest (63.7 GiB peak) is the one picked."""
     shape = ModelShape.from_config(QWEN2_7B)
