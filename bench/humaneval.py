@@ -71,10 +71,10 @@ def read_kept(path: Path) -> dict[str, dict]:
 PAUSES = "pauses.log"
 
 
-def running_seconds(folder: Path, started: float) -> float:
-    """Seconds since `started` (epoch) that the bench ran: the pauses logged in the run's
-    folder left out."""
-    now = time.time()
+def running_seconds(folder: Path, started: float, now: float | None = None) -> float:
+    """Seconds from `started` to `now` (epoch; default: now) that the bench ran: the
+    pauses logged in the run's folder left out."""
+    now = time.time() if now is None else now
     paused = 0.0
     path = folder / PAUSES
     if path.exists():
@@ -179,12 +179,14 @@ def run_agent(
                 )
                 started = time.time()
                 outcome = Runtime(store, backend, task, options, sessions_dir=folder / "s").run()
+                wall = time.time() - started
+                ran = running_seconds(folder, started, started + wall)
                 run = {
                     "task_id": problem.task_id,
                     "runtime": version.current(),
                     "session": outcome.session_id,
-                    "seconds": running_seconds(folder, started),
-                    "paused_s": round(time.time() - started - running_seconds(folder, started), 1),
+                    "seconds": ran,
+                    "paused_s": round(wall - ran, 1),
                     "tokens": outcome.tokens,
                     "status": outcome.status.value,
                     **judge(store, outcome.session_id),
