@@ -1,5 +1,5 @@
 """Improvement between sessions on the real model: `agent-console improve`'s rounds (the
-product's own `training.improve`) on the offline Gemma 3 270M base, from no operator labels.
+product's own `training.improve`) on the offline default model, from no operator labels.
 
 Run: `.venv/bin/python bench/improve.py [--family compute] [--rounds 3] [--per-round 8]
 [--held-out 10] [--workers 1]`.
@@ -44,8 +44,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--then", default="kto", choices=THEN)
-    parser.add_argument("--candidates", type=int, default=2)
-    parser.add_argument("--block-tokens", type=int, default=192)
+    parser.add_argument("--candidates", type=int, help="(default: the model's)")
+    parser.add_argument("--block-tokens", type=int, help="(default: the model's)")
     parser.add_argument("--work", type=Path, default=Path(".bench/improve-work"))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
@@ -157,7 +157,7 @@ def report(store: TraceStore, run: Any, out: Path) -> None:
     }
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "model": "gemma-3-270m (offline)",
+        "model": f"{Path(str(run.config.get('base_model', '?'))).name} (offline)",
         "run": run.id,
         "status": run.status,
         "config": run.config,

@@ -1,5 +1,6 @@
-"""Does teaching carry over? The offline real model (Gemma 3 270M base) on held-out variants
-of the task families, before and after a scripted operator teaches it on other variants.
+"""Does teaching carry over? The offline real model (the default, or `--model`) on held-out
+variants of the task families, before and after a scripted operator teaches it on other
+variants.
 
 Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--kinds sft,dpo,kto]`.
 
@@ -37,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents import blocks
+from agents import blocks, forms
 from agents.backends.offline import ensure_model
 from agents.batch import wilson
 from agents.runtime import Outcome, RunOptions, Runtime, session_solved
@@ -67,7 +68,7 @@ def options(backend: Any, args: argparse.Namespace, seed: int, teaching: bool) -
     )
 
 
-def judge(store: TraceStore, session_id: int, found: Variant) -> dict[str, bool]:
+def judge(store: TraceStore, session_id: int, found: Variant, form: str) -> dict[str, bool]:
     """What one held-out session did: solved, and whether its chosen blocks stand."""
     tree = store.tree(session_id)
     outcome = [n for n in tree if n.kind == blocks.OUTCOME]
@@ -81,8 +82,7 @@ def judge(store: TraceStore, session_id: int, found: Variant) -> dict[str, bool]
     evaluation = any(
         n.kind == blocks.EVALUATION
         and n.status is NodeStatus.EXECUTED
-        and (titles := blocks.registered_titles(n.text, "add_evaluation"))
-        and all(t in ran for t in titles)
+        and forms.title(n.kind, form, n.text) in ran
         for n in tree
     )
     orientation = any(
@@ -118,7 +118,8 @@ def held_out(
             sessions_dir=work / "sessions",
         )
         outcome = runtime.run()
-        rows.setdefault(found.family, []).append(judge(store, outcome.session_id, found))
+        judged = judge(store, outcome.session_id, found, runtime.options.form)
+        rows.setdefault(found.family, []).append(judged)
     result: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 1)}
     taught = [r for family, got in rows.items() if family in args.families for r in got]
     for name, got in [("taught", taught), *rows.items()]:
@@ -211,8 +212,8 @@ def main() -> None:
     parser.add_argument("--teach", default="5,10,20", help="teaching sessions at each point")
     parser.add_argument("--held-out", type=int, default=10, help="held-out variants per family")
     parser.add_argument("--kinds", default="sft,dpo,kto", help="kinds trained at the last point")
-    parser.add_argument("--candidates", type=int, default=2)
-    parser.add_argument("--block-tokens", type=int, default=192)
+    parser.add_argument("--candidates", type=int, help="(default: the model's)")
+    parser.add_argument("--block-tokens", type=int, help="(default: the model's)")
     parser.add_argument("--attempts", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", default="sft=2e-4,dpo=5e-5,kto=5e-5")
@@ -245,7 +246,7 @@ def main() -> None:
     from agents.backends.transformers_backend import TransformersBackend
 
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "args": vars(args) | {}}
-    results["args"]["model"] = "gemma-3-270m (offline)"
+    results["args"]["model"] = f"{Path(args.model).name} (offline)"
     backend = TransformersBackend(str(args.model))
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)

@@ -6,7 +6,8 @@ session's asker): it approves an action that is the variant's own fix, rejects a
 with a reason the first time when asked to, and otherwise rewrites it to the fix. After the
 session it reviews the chosen blocks the gate never asks about, as the label screen does:
 an orientation that names the task's files and goal is labelled good, one that does not is
-rewritten (`rewrite`); an evaluation that ran is labelled good, a failed one rewritten; a
+rewritten (`rewrite`); an evaluation that ran and agreed with the task's checks (passed
+the work they passed, failed the work they failed) is labelled good, any other rewritten; a
 session the task's checks passed gets a good path label on its outcome. Every one of those
 is an operator action and is counted (`Tally`).
 
@@ -25,10 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agents import forms
 from agents.approval import Answer, ApprovalRequest
-from agents.blocks import registered_titles
+from agents.blocks import ACTION
+from agents.runtime import outcome_passed
 from agents.tasks.families import Variant, split, variant
-from storage import Author, LabelScope, LabelValue, NewNode, Node, NodeStatus
+from storage import Author, EvaluationKind, LabelScope, LabelValue, NewNode, Node, NodeStatus
 
 if TYPE_CHECKING:
     from agents.backends import Backend
@@ -99,6 +102,19 @@ def same_code(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
+def same_action(a: str, b: str, form: str) -> bool:
+    """Whether two action blocks of a session in `form` do the same: the same program, or
+    (a file listing) the same files with the same code."""
+    if form != forms.SCRIPT:
+        return same_code(a, b)
+    first, second = (forms.read_script(ACTION, text) for text in (a, b))
+    if not first.files and not second.files:
+        return same_code(first.text, second.text)
+    return [p for p, _ in first.files] == [p for p, _ in second.files] and all(
+        same_code(x, y) for (_, x), (_, y) in zip(first.files, second.files, strict=True)
+    )
+
+
 def names_the_task(text: str, variant: Variant) -> bool:
     """Whether an orientation names every file the variant is about (inputs and output)."""
     return all(name in text for name in variant.targets)
@@ -114,18 +130,35 @@ def rewrite(store: TraceStore, node: Node, text: str) -> Node:
 
 
 class ScriptedOperator:
-    """The operator of one teaching session of `variant` (use it as the runtime's asker)."""
+    """The operator of one teaching session of `variant` (use it as the runtime's asker),
+    writing its blocks in the session's `form` (`agents.forms`)."""
 
-    def __init__(self, variant: Variant, tally: Tally, *, reject_first: bool = False) -> None:
+    def __init__(
+        self,
+        variant: Variant,
+        tally: Tally,
+        *,
+        reject_first: bool = False,
+        form: str = forms.CALLBACK,
+    ) -> None:
         self.variant = variant
         self.tally = tally
         self.reject_first = reject_first
+        self.form = form
+
+    @property
+    def action(self) -> str:
+        return self.variant.blocks_for(self.form)[0]
+
+    @property
+    def evaluation(self) -> str:
+        return self.variant.blocks_for(self.form)[1]
 
     def __call__(self, request: ApprovalRequest) -> None:
         request.future.set_result(self.decide(request.action.text))
 
     def decide(self, proposed: str) -> Answer:
-        if same_code(proposed, self.variant.action):
+        if same_action(proposed, self.action, self.form):
             self.tally.approved += 1
             return Answer.approve()
         if self.reject_first:
@@ -135,7 +168,7 @@ class ScriptedOperator:
                 f"This does not do the task. {self.variant.task.prompt.split('. ')[-2]}."
             )
         self.tally.edited += 1
-        return Answer.edit(self.variant.action)
+        return Answer.edit(self.action)
 
     def review(self, store: TraceStore, session_id: int, solved: bool) -> None:
         """Label or rewrite the blocks the gate did not ask about."""
@@ -151,16 +184,26 @@ class ScriptedOperator:
                 NodeStatus.EXECUTED,
                 NodeStatus.FAILED,
             ):
-                if node.status is NodeStatus.EXECUTED and registered_titles(
-                    node.text, "add_evaluation"
-                ):
+                if node.status is NodeStatus.EXECUTED and self._agrees(store, tree, node):
                     self._label(store, node, LabelValue.GOOD)
                 else:
-                    self._rewrite(store, node, self.variant.evaluation)
+                    self._rewrite(store, node, self.evaluation)
         outcomes = [n for n in tree if n.kind == "outcome"]
         if solved and outcomes:
             store.add_label(outcomes[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
             self.tally.labelled += 1
+
+    def _agrees(self, store: TraceStore, tree: list[Node], node: Node) -> bool:
+        """Whether an evaluation the model wrote ran and said what the task's checks say
+        of the same tick's work: a check that fails right work, or passes wrong work,
+        is rewritten."""
+        name = forms.title(node.kind, self.form, node.text)
+        for outcome in (n for n in tree if n.kind == "outcome" and n.tick == node.tick):
+            for result in store.evaluations(outcome.id):
+                if result.kind is EvaluationKind.CALLBACK and result.name == name:
+                    passed = result.error is None and result.passed is True
+                    return result.error is None and passed == outcome_passed(outcome.meta)
+        return False
 
     def _label(self, store: TraceStore, node: Node, value: LabelValue) -> None:
         store.add_label(node.id, value)
@@ -188,13 +231,15 @@ def teach_sessions(
     reject_every: int = 4,
 ) -> Tally:
     """Run one teaching session per variant (never a held-out one): `make_runtime` builds
-    the session's runtime with the operator as its asker; `solved` reads its outcome."""
+    the session's runtime with the operator as its asker; `solved` reads its outcome. The
+    operator writes its blocks in the session's form (`RunOptions.form`)."""
     tally = Tally()
     for i, v in enumerate(check_teaching(variants)):
         operator = ScriptedOperator(
             v, tally, reject_first=reject_every > 0 and i % reject_every == 0
         )
         runtime = make_runtime(v, operator)
+        operator.form = runtime.options.form
         outcome = runtime.run()
         tally.sessions.append(outcome.session_id)
         operator.review(runtime.store, outcome.session_id, solved(outcome))
@@ -215,12 +260,13 @@ def variant_options(
     seed: int,
     teaching: bool,
     attempts: int = 1,
-    candidates: int = 2,
-    block_tokens: int = 192,
+    candidates: int | None = None,
+    block_tokens: int | None = None,
 ) -> RunOptions:
     """One tick of a family variant, as the learning bench and the starter sessions run it:
     `teaching` asks the operator (and gives the action a second try, for the rewrite
-    after a reject); otherwise approval is automatic."""
+    after a reject); otherwise approval is automatic. Candidates and block tokens left
+    None are the model's defaults (`auto_defaults`)."""
     from agents.runtime import UNATTENDED, session_options
     from agents.settings import Settings
 

@@ -47,6 +47,7 @@ from agents.runtime.sampling import (
 )
 from agents.runtime.session_task import (
     REMINDER_CHARS,
+    outcome_passed,
     resume_options,
     session_solved,
     task_from_snapshot,
@@ -74,6 +75,7 @@ __all__ = [
     "RuntimeEvent",
     "auto_defaults",
     "clip",
+    "outcome_passed",
     "resume_options",
     "session_options",
     "session_solved",

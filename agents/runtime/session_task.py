@@ -3,6 +3,7 @@ to resume it), the reminder each tick opens with, and whether a stored session s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,11 @@ def session_solved(store: Trees, session_id: int) -> bool:
     outcomes = [n for n in store.tree(session_id) if n.kind == blocks.OUTCOME]
     if not outcomes:
         return False
-    meta = outcomes[-1].meta
+    return outcome_passed(outcomes[-1].meta)
+
+
+def outcome_passed(meta: Mapping[str, object]) -> bool:
+    """Whether an outcome block's `meta` says every one of the task's checks passed."""
     return bool(meta.get("task_total")) and meta.get("task_passed") == meta.get("task_total")
 
 

@@ -19,10 +19,12 @@ import hashlib
 import io
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.forms import SCRIPT
 from agents.tasks.spec import Task, TaskError, register_checks
 
 FAMILY_PREFIX = "family:"
@@ -43,6 +45,16 @@ class Variant:
     """An evaluation block that checks the action's result."""
     targets: tuple[str, ...]
     """The files the task is about (inputs and output): a good orientation names them."""
+    script_action: str
+    """The action as a script-form block (`agents.forms`): a script, or a file's new text."""
+    script_evaluation: str
+    """The evaluation as a check script: exit status 0 passes."""
+
+    def blocks_for(self, form: str) -> tuple[str, str]:
+        """(action, evaluation) as an operator writes them in a session of `form`."""
+        if form == SCRIPT:
+            return self.script_action, self.script_evaluation
+        return self.action, self.evaluation
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,38 @@ def check_input_unchanged(subagent):
         return False
     return hashlib.sha256(text.encode("utf-8")).hexdigest() == {_sha(text)!r}
 '''
+
+
+_READ = re.compile(r"subagent\.read_file\(('[^']*')\)")
+_WRITE = re.compile(r"^(\s*)subagent\.write_file\(('[^']*'), (.*)\)$")
+_DEFINITION = re.compile(r"^def \w+\(subagent\):$")
+_REGISTER = re.compile(r"^self\.add_(?:action|evaluation)\((\"[^\"]*\"), \w+\)$")
+
+
+def as_script(block: str) -> str:
+    """A family's callback block (one function of `subagent` that reads and writes the
+    work dir's files, then its registration) as the script that does the same: its title
+    as the first comment, the function's body at the top level with `open()` for the
+    files; an action prints what the function returned, a check asserts it."""
+    lines = block.splitlines()
+    assert _DEFINITION.match(lines[0]), lines[0]
+    registered = _REGISTER.match(lines[-1])
+    assert registered, lines[-1]
+    title = json.loads(registered[1])
+    action = lines[-1].startswith("self.add_action")
+    body: list[str] = []
+    for line in lines[1:-1]:
+        line = line.removeprefix("    ")
+        line = _READ.sub(r"open(\1).read()", line)
+        written = _WRITE.match(line)
+        if written:
+            indent, path, text = written.groups()
+            line = f"{indent}with open({path}, 'w') as out:\n{indent}    out.write({text})"
+        if line.startswith("return "):
+            value = line.removeprefix("return ")
+            line = f"print({value})" if action else f"assert {value}, {title!r}"
+        body.append(line)
+    return f"# {title}\n" + "\n".join(body) + "\n"
 
 
 def _orientation(goal: str, files: str, check: str, plan: str) -> str:
@@ -234,6 +278,16 @@ def check_tests_pass(subagent):
         ),
         "action": action,
         "evaluation": evaluation,
+        "script_action": f"# {path}\ndef {func}({args}):\n    {body}\n",
+        "script_evaluation": (
+            "# the unit tests pass\n"
+            "import subprocess\n"
+            "import sys\n\n"
+            'done = subprocess.run([sys.executable, "-m", "unittest"], capture_output=True, '
+            "text=True)\n"
+            "print(done.stderr[-1000:])\n"
+            'assert done.returncode == 0, "the unit tests fail"\n'
+        ),
         "targets": (path, test_path),
     }  # fmt: skip
 
@@ -581,6 +635,8 @@ def variant(family: str, seed: int) -> Variant:
         str(made["action"]),
         str(made["evaluation"]),
         tuple(made["targets"]),  # type: ignore[arg-type]
+        str(made.get("script_action") or as_script(str(made["action"]))),
+        str(made.get("script_evaluation") or as_script(str(made["evaluation"]))),
     )
 
 

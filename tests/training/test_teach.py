@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.runtime import Outcome, Runtime
+from agents import forms
+from agents.runtime import Outcome, Runtime, session_solved
 from agents.tasks.families import Variant, split, variant
 from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
 from tests.support.runs import options
@@ -18,6 +19,7 @@ from training.jobs import JobError, JobOptions, follow, queue_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
+    same_action,
     same_code,
     teach_sessions,
 )
@@ -29,6 +31,10 @@ def test_same_code_ignores_formatting_and_comments() -> None:
     assert same_code("x = 1\n# note\ny = [1,2]", "x = 1\ny = [1, 2]\n")
     assert not same_code("x = 1", "x = 2")
     assert not same_code("x = (", "x = 1")
+    # a file listing is the same action only for the same files
+    assert same_action("# a.py\nx = 1\n", "```python\n# a.py\nx  =  1\n```", forms.SCRIPT)
+    assert not same_action("# a.py\nx = 1\n", "# b.py\nx = 1\n", forms.SCRIPT)
+    assert same_action("# a.py\nx = 1\n", "# b.py\nx = 1\n", forms.CALLBACK)
 
 
 def test_teaching_sessions_store_the_operators_work_and_train_kto(
@@ -121,3 +127,50 @@ def test_a_held_out_variant_is_never_taught() -> None:
     held_out = variant("fix_bug", split("fix_bug")[1][0])
     with pytest.raises(HeldOutError, match="held-out"):
         teach_sessions([held_out], lambda v, o: pytest.fail("ran"), lambda o: True)
+
+
+def test_in_a_session_of_scripts_the_operator_approves_a_script_fix_and_rewrites_a_wrong_check(
+    tmp_path: Path,
+) -> None:
+    """The model (a script through the real openai backend) writes the variant's own fix
+    as a file listing, and a check that fails right work: the operator approves the fix,
+    and rewrites the check to the variant's check script, which the SFT rows then hold."""
+    from agents.backends.openai_backend import OpenAIBackend
+    from tests.support.scripted_vllm import SERVED, scripted_vllm
+
+    taught = variant("fix_bug", split("fix_bug")[0][0])
+    action, evaluation = taught.blocks_for(forms.SCRIPT)
+    script = {
+        "orientation": taught.orientation,
+        "action": action,
+        "expectation": "# The tests pass.",
+        "evaluation": "# the fix is in\nassert False, 'not yet'\n",
+    }
+    with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
+        backend = OpenAIBackend(url, SERVED, timeout=30)
+
+        def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
+            return Runtime(
+                store,
+                backend,
+                v.task,
+                options(
+                    form=forms.SCRIPT, candidates=1, escalation=(), attempts=2, block_tokens=400
+                ),
+                sessions_dir=tmp_path / "sessions",
+                asker=operator,
+            )
+
+        tally = teach_sessions(
+            [taught], runtime_for, lambda o: session_solved(store, o.session_id), reject_every=0
+        )
+        assert (tally.approved, tally.edited, tally.rejected) == (1, 0, 0)
+        assert tally.rewritten == 1  # the check that failed the right fix
+        (session_id,) = tally.sessions
+        assert session_solved(store, session_id)
+        written = [n for n in store.tree(session_id) if n.author is Author.OPERATOR]
+        assert [n.text for n in written] == [evaluation]
+        completions = {row["completion"] for row in iter_rows(store, "sft")}
+        assert any(action.strip() in text for text in completions)
+        assert any(evaluation.strip() in text for text in completions)
+        backend.close()
