@@ -1,28 +1,35 @@
-"""Does teaching carry over? The offline real model (the default, or `--model`) on held-out
+"""Does teaching carry over? The offline default model on held-out
 variants of the task families, before and after a scripted operator teaches it on other
 variants.
 
-Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--kinds sft,dpo,kto]`.
+Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--kinds sft,dpo,kto]
+[--suite humaneval:held-out] [--work .bench/learning-work]`.
 
-- Base: the model alone (`--approval auto`, one tick) on each taught family's held-out
-  variants (`--held-out` per family) and on the never-taught family's: pass rate (the
-  task's checks) with its 95% interval (Wilson), and the share of sessions whose chosen
-  action ran, whose evaluation ran and registered a check that ran, and whose orientation
-  names the variant's files.
+- Base: the model alone (`--approval auto`, one tick, the model's defaults) on each taught
+  family's held-out variants (`--held-out` per family, from the `--first`-th: those before
+  it were looked at while the coder's prompts were written) and on the never-taught
+  family's: pass rate (the task's checks) with its 95% interval (Wilson), and the share of
+  sessions whose chosen action ran, whose evaluation ran, and whose orientation names the
+  variant's files. `--suite` measures a never-taught suite too (HumanEval's default set,
+  as bench/humaneval.py's agent runs it: up to `--suite-ticks` ticks).
 - Teaching: the scripted operator (`training.teach`) on teaching variants, families in turn,
-  through the runtime's approval gate and the store's labels; its actions are counted.
+  through the runtime's approval gate and the store's labels, writing its blocks in the
+  sessions' form (script blocks for the coder); its actions are counted.
 - After each count of teaching sessions in `--teach`: an adapter trained with the product's
-  own job (`training.jobs.queue_job`, a detached worker, as `agent-console train`) on
-  every label so far, loaded into the running backend, and the held-out set again with the
-  same seeds. At the last count, each kind in `--kinds`. The time from the last label to
-  the adapter in use is reported.
+  own job (`training.jobs.queue_job`, a detached worker, as `agent-console train`) on the
+  labels of the teaching sessions (asserted to hold no held-out variant), loaded into the
+  running backend, and the held-out set again with the same seeds. At the last count, each
+  kind in `--kinds` (DPO and KTO start from that count's SFT adapter). The time from the
+  last label to the adapter in use is reported.
 
 `--base-only` stops after the base; `--skip-base` teaches and trains only.
 `--teaching-from training/starter_sessions.db` takes the first N stored teaching sessions
 (the starter sessions, made by the same scripted operator) for each point instead of
 teaching anew, and counts the operator's actions in them.
 
-Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
+Everything done is kept under `--work` (the trace store, the adapters, one JSON line per
+session measured, session taught and adapter trained): the same `--work` again resumes a
+stopped run. Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
 """
 
 from __future__ import annotations
@@ -30,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,15 +45,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import blocks, forms
-from agents.backends.offline import ensure_model
+from agents.backends.offline import DEFAULT, ensure_model
 from agents.batch import wilson
 from agents.runtime import Outcome, RunOptions, Runtime, session_solved
-from agents.tasks.families import Variant, family_names, split, variant
+from agents.settings import Settings
+from agents.tasks import Task
+from agents.tasks.families import Variant, family_names, parse_name, split, variant
 from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
 from training.jobs import JobOptions, copy_sqlite, follow, queue_job
 from training.teach import (
+    HeldOutError,
     ScriptedOperator,
     Tally,
+    check_teaching,
     names_the_task,
     teach_sessions,
     teaching_order,
@@ -99,30 +109,100 @@ def judge(store: TraceStore, session_id: int, found: Variant, form: str) -> dict
     }
 
 
+class Kept:
+    """What a run has done, one JSON line each in `<work>/rows.jsonl`: a held-out
+    session's verdict (`point`, `ref`), a teaching session (`taught`), an adapter trained
+    (`trained`). The same `--work` again resumes: nothing kept is done twice."""
+
+    def __init__(self, work: Path) -> None:
+        self.path = work / "rows.jsonl"
+        self.rows = [json.loads(line) for line in self.path.open()] if self.path.exists() else []
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        with self.path.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
+    def measured(self, point: str) -> dict[str, dict[str, Any]]:
+        return {r["ref"]: r for r in self.rows if r.get("point") == point}
+
+    def taught(self) -> dict[str, int]:
+        return {r["taught"]: r["session"] for r in self.rows if "taught" in r}
+
+    def trained(self, name: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r.get("trained") == name), None)
+
+
+def suite_tasks(spec: str) -> list[tuple[str, Task]]:
+    """(problem id, task) of each problem of a suite selection (`humaneval:held-out`)."""
+    if not spec:
+        return []
+    from agents.tasks.suites import parse_ref, problem_task
+
+    suite, selection = parse_ref(spec)
+    return [(p.task_id, problem_task(suite, p)) for p in suite.select(selection)]
+
+
 def held_out(
     backend: Any,
     store: TraceStore,
     variants: Iterable[Variant],
     args: argparse.Namespace,
     work: Path,
+    kept: Kept,
+    point: str,
 ) -> dict[str, Any]:
-    """The model alone on `variants`; rates per family and over the taught families."""
-    rows: dict[str, list[dict[str, bool]]] = {}
-    started = time.perf_counter()
+    """The model alone on `variants` (one tick each) and the suite's problems (as
+    bench/humaneval.py runs them); rates per family, over the taught families and on the
+    suite. Sessions kept for `point` are not run again."""
+    done = kept.measured(point)
     for found in variants:
-        runtime = Runtime(
-            store,
-            backend,
-            found.task,
-            options(backend, args, found.seed, teaching=False),
-            sessions_dir=work / "sessions",
+        ref = f"{found.family}:{found.seed}"
+        if ref in done:
+            continue
+        options_ = options(backend, args, found.seed, teaching=False)
+        started = time.perf_counter()
+        outcome = Runtime(store, backend, found.task, options_, sessions_dir=work).run()
+        row = {
+            "point": point,
+            "ref": ref,
+            "family": found.family,
+            "session": outcome.session_id,
+            "seconds": round(time.perf_counter() - started, 1),
+            **judge(store, outcome.session_id, found, options_.form),
+        }
+        kept.add(row)
+        print(f"  {point} {json.dumps(row)}", flush=True)
+    for ref, task in suite_tasks(args.suite):
+        if ref in done:
+            continue
+        options_ = RunOptions.from_settings(
+            Settings(), backend, approval="auto", max_ticks=args.suite_ticks, memory=False, seed=0
         )
-        outcome = runtime.run()
-        judged = judge(store, outcome.session_id, found, runtime.options.form)
-        rows.setdefault(found.family, []).append(judged)
-    result: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 1)}
-    taught = [r for family, got in rows.items() if family in args.families for r in got]
-    for name, got in [("taught", taught), *rows.items()]:
+        started = time.perf_counter()
+        outcome = Runtime(store, backend, task, options_, sessions_dir=work).run()
+        row = {
+            "point": point,
+            "ref": ref,
+            "family": args.suite.partition(":")[0],
+            "session": outcome.session_id,
+            "seconds": round(time.perf_counter() - started, 1),
+            "solved": session_solved(store, outcome.session_id),
+        }
+        kept.add(row)
+        print(f"  {point} {json.dumps(row)}", flush=True)
+    return figures(list(kept.measured(point).values()), args.families)
+
+
+def figures(rows: list[dict[str, Any]], taught_families: list[str]) -> dict[str, Any]:
+    """Pass rates with 95% intervals, per family and over the taught ones, and the share of
+    sessions whose blocks stand (where judged)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault(row["family"], []).append(row)
+    taught = [r for family, got in by.items() if family in taught_families for r in got]
+    result: dict[str, Any] = {"seconds": round(sum(r.get("seconds", 0.0) for r in rows), 1)}
+    for name, got in [("taught", taught), *sorted(by.items())]:
         n = len(got)
         passed = sum(r["solved"] for r in got)
         low, high = wilson(passed, n)
@@ -131,8 +211,9 @@ def held_out(
             "pass_rate": round(passed / n, 3) if n else None,
             "ci95": [round(low, 3), round(high, 3)],
             **{
-                f"{key}_valid": round(sum(r[key] for r in got) / n, 3) if n else None
+                f"{key}_valid": round(sum(r[key] for r in got) / n, 3)
                 for key in ("action", "evaluation", "orientation")
+                if n and all(key in r for r in got)
             },
         }
     return result
@@ -144,26 +225,42 @@ def teach(
     variants: list[Variant],
     args: argparse.Namespace,
     work: Path,
-    tally: Tally,
+    kept: Kept,
 ) -> Tally:
+    """Teaching sessions on `variants` (those kept already are not run again); the
+    operator's actions in all of them."""
+    done = kept.taught()
+
     def runtime_for(found: Variant, operator: ScriptedOperator) -> Runtime:
         return Runtime(
             store,
             backend,
             found.task,
             options(backend, args, 1000 + found.seed, teaching=True),
-            sessions_dir=work / "sessions",
+            sessions_dir=work,
             asker=operator,
         )
 
     def solved(outcome: Outcome) -> bool:
         return session_solved(store, outcome.session_id)
 
-    more = teach_sessions(variants, runtime_for, solved)
-    for key in ("approved", "rejected", "edited", "rewritten", "labelled"):
-        setattr(tally, key, getattr(tally, key) + getattr(more, key))
-    tally.sessions.extend(more.sessions)
-    return tally
+    for i, found in enumerate(variants):
+        ref = f"{found.family}:{found.seed}"
+        if ref not in done:
+            (session,) = teach_sessions([found], runtime_for, solved, offset=i).sessions
+            kept.add({"taught": ref, "session": session})
+            done[ref] = session
+    return Tally.read(store, [done[f"{v.family}:{v.seed}"] for v in variants])
+
+
+def teaching_only(store: TraceStore, sessions: list[int]) -> list[int]:
+    """`sessions`, refused (HeldOutError) unless each ran a teaching variant."""
+    names = [str(store.get_session(i).settings.get("task", {}).get("name")) for i in sessions]
+    parsed = [parse_name(name) for name in names]
+    if None in parsed:
+        raise HeldOutError(f"not every session taught a family variant: {names}")
+    check_teaching(v for v in parsed if v is not None)
+    return sessions
 
 
 def train(
@@ -173,44 +270,67 @@ def train(
     name: str,
     args: argparse.Namespace,
     work: Path,
-    sessions: list[int] | None = None,
+    kept: Kept,
+    sessions: list[int],
 ) -> dict[str, Any]:
-    """Train with the product's job, load the adapter; seconds from queueing to in use."""
-    started = time.perf_counter()
-    options = JobOptions(
-        kind=kind,
-        base_model=str(args.model),
-        name=name,
-        epochs=args.epochs,
-        learning_rate=args.lr.get(kind.value),
-        max_length=args.max_length,
-        save_steps=10_000,
-        start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1]) or None,
-        labels_from=str(args.teaching_from) if args.teaching_from else None,
-        sessions=tuple(sessions) if sessions else None,
-    )
-    job = queue_job(store, options, data_dir=work / "data")
-    for _ in follow(store, job.id, poll=1.0):
-        pass
-    job = store.get_job(job.id)
-    if job.status is not JobStatus.COMPLETED:
-        raise SystemExit(f"training {name} ended {job.status.value}: {job.error}")
+    """Train with the product's job on the labels of `sessions` (teaching sessions only)
+    and load the adapter; seconds from queueing to in use. An adapter kept is loaded."""
+    row = kept.trained(name)
+    if row is None:
+        started = time.perf_counter()
+        options = JobOptions(
+            kind=kind,
+            base_model=str(args.model),
+            name=name,
+            epochs=args.epochs,
+            learning_rate=args.lr.get(kind.value),
+            max_length=args.max_length,
+            save_steps=10_000,
+            start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1])
+            or None,
+            labels_from=str(args.teaching_from) if args.teaching_from else None,
+            sessions=tuple(sessions),
+        )
+        job = queue_job(store, options, data_dir=work / "data")
+        for _ in follow(store, job.id, poll=1.0):
+            pass
+        job = store.get_job(job.id)
+        if job.status is not JobStatus.COMPLETED:
+            raise SystemExit(f"training {name} ended {job.status.value}: {job.error}")
     adapter = store.get_adapter(name)
     backend.load_adapter(adapter.name, adapter.path)
     backend.use_adapter(adapter.name)
-    return {
-        "rows": job.config.get("rows_at_queue"),
-        "label_to_adapter_s": round(time.perf_counter() - started, 1),
-        "train_loss": adapter.metrics.get("train_loss"),
-    }
+    if row is None:
+        row = {
+            "trained": name,
+            "rows": job.config.get("rows_at_queue"),
+            "label_to_adapter_s": round(time.perf_counter() - started, 1),
+            "train_loss": adapter.metrics.get("train_loss"),
+        }
+        kept.add(row)
+    return {k: v for k, v in row.items() if k != "trained"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", default=DEFAULT, help="an offline model's name, or a model's folder"
+    )
     parser.add_argument("--families", default="fix_bug,compute,transform")
     parser.add_argument("--untaught", default=",".join(family_names(taught=False)))
     parser.add_argument("--teach", default="5,10,20", help="teaching sessions at each point")
     parser.add_argument("--held-out", type=int, default=10, help="held-out variants per family")
+    parser.add_argument(
+        "--first",
+        type=int,
+        default=6,
+        help="the first held-out variant measured (those before it were looked at while "
+        "the coder's prompts were written)",
+    )
+    parser.add_argument(
+        "--suite", default="", help="a never-taught suite measured too (humaneval:held-out)"
+    )
+    parser.add_argument("--suite-ticks", type=int, default=3)
     parser.add_argument("--kinds", default="sft,dpo,kto", help="kinds trained at the last point")
     parser.add_argument("--candidates", type=int, help="(default: the model's)")
     parser.add_argument("--block-tokens", type=int, help="(default: the model's)")
@@ -219,13 +339,18 @@ def main() -> None:
     parser.add_argument("--lr", default="sft=2e-4,dpo=5e-5,kto=5e-5")
     parser.add_argument(
         "--start-from",
-        default="dpo=sft-N",
+        default="dpo=sft-N,kto=sft-N",
         help="kind=adapter each kind starts from (N: the point); empty: from the base",
     )
     parser.add_argument("--max-length", type=int, default=3072)
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
     parser.add_argument("--skip-base", action="store_true", help="teach and train only")
-    parser.add_argument("--work", type=Path, help="keep the store and adapters in this folder")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(".bench/learning-work"),
+        help="the store, adapters and rows; the same folder again resumes a stopped run",
+    )
     parser.add_argument("--out", type=Path, default=OUT, help="where the figures go (JSON)")
     parser.add_argument(
         "--teaching-from",
@@ -237,57 +362,59 @@ def main() -> None:
     args.families = args.families.split(",")
     args.lr = {k: float(v) for k, v in (p.split("=") for p in args.lr.split(","))}
     args.start_from = dict(p.split("=") for p in args.start_from.split(",") if p)
-    args.model = ensure_model(print)
+    args.model = (
+        Path(args.model) if Path(args.model).is_dir() else ensure_model(print, name=args.model)
+    )
     points = [int(p) for p in args.teach.split(",")]
     kinds = [JobKind(k) for k in args.kinds.split(",")]
     families = args.families + [f for f in args.untaught.split(",") if f]
-    measured = [variant(f, split(f)[1][i]) for i in range(args.held_out) for f in families]
+    seeds = range(args.first, args.first + args.held_out)
+    measured = [variant(f, split(f)[1][i]) for i in seeds for f in families]
 
     from agents.backends.transformers_backend import TransformersBackend
 
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "args": vars(args) | {}}
     results["args"]["model"] = f"{Path(args.model).name} (offline)"
     backend = TransformersBackend(str(args.model))
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        store = TraceStore(work / "traces.db")
-        if not args.skip_base:
-            base = held_out(backend, store, measured, args, work / "base")
-            results["base"] = base
-            print(f"| base | 0 | {json.dumps(base)} |", flush=True)
-        if args.base_only:
-            points = []
-        tally = Tally()
-        order = teaching_order(args.families, max(points, default=0))
-        assert not {(v.family, v.seed) for v in order} & {(v.family, v.seed) for v in measured}
-        taught = 0
-        stored: list[int] = []
-        source_copy = work / "teaching.db"
-        if args.teaching_from:
-            # read from a copy: the shipped file is never opened for writing
-            copy_sqlite(args.teaching_from, source_copy)
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    kept = Kept(work)
+    store = TraceStore(work / "traces.db")
+    if not args.skip_base:
+        base = held_out(backend, store, measured, args, work / "base", kept, "base")
+        results["base"] = base
+        print(f"| base | 0 | {json.dumps(base)} |", flush=True)
+    if args.base_only:
+        points = []
+    order = teaching_order(args.families, max(points, default=0))
+    assert not {(v.family, v.seed) for v in order} & {(v.family, v.seed) for v in measured}
+    stored: list[int] = []
+    source_copy = work / "teaching.db"
+    if args.teaching_from:
+        # read from a copy: the shipped file is never opened for writing
+        copy_sqlite(args.teaching_from, source_copy)
+        with TraceStore(source_copy) as source:
+            stored = sorted(source.session_ids())
+            names = [source.get_session(i).settings["task"]["name"] for i in stored]
+        assert names[: len(order)] == [f"{v.family}:{v.seed}" for v in order], names
+    for point in points:
+        backend.use_adapter(None)
+        if stored:
             with TraceStore(source_copy) as source:
-                stored = sorted(source.session_ids())
-                names = [source.get_session(i).settings["task"]["name"] for i in stored]
-            assert names[: len(order)] == [f"{v.family}:{v.seed}" for v in order], names
-        for point in points:
+                tally = Tally.read(source, teaching_only(source, stored[:point]))
+        else:
+            tally = teach(backend, store, order[:point], args, work / "teach", kept)
+            teaching_only(store, tally.sessions)
+        for kind in kinds if point == points[-1] else [JobKind.SFT]:
+            name = f"{kind.value}-{point}"
+            sessions = stored[:point] if stored else tally.sessions
+            trained = train(backend, store, kind, name, args, work, kept, sessions)
+            after = held_out(backend, store, measured, args, work / name, kept, name)
+            row = {"teaching": point, "operator": tally.as_json(), **trained, **after}
+            results[name] = row
+            print(f"| {kind.value} | {point} | {json.dumps(row)} |", flush=True)
             backend.use_adapter(None)
-            if stored:
-                with TraceStore(source_copy) as source:
-                    tally = Tally.read(source, stored[:point])
-            else:
-                teach(backend, store, order[taught:point], args, work / f"teach{point}", tally)
-            taught = point
-            for kind in kinds if point == points[-1] else [JobKind.SFT]:
-                name = f"{kind.value}-{point}"
-                trained = train(backend, store, kind, name, args, work, stored[:point])
-                after = held_out(backend, store, measured, args, work / name)
-                row = {"teaching": point, "operator": tally.as_json(), **trained, **after}
-                results[name] = row
-                print(f"| {kind.value} | {point} | {json.dumps(row)} |", flush=True)
-                backend.use_adapter(None)
-        store.close()
+    store.close()
     backend.close()
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")

@@ -229,14 +229,17 @@ def teach_sessions(
     solved: Callable[[Outcome], bool],
     *,
     reject_every: int = 4,
+    offset: int = 0,
 ) -> Tally:
     """Run one teaching session per variant (never a held-out one): `make_runtime` builds
     the session's runtime with the operator as its asker; `solved` reads its outcome. The
-    operator writes its blocks in the session's form (`RunOptions.form`)."""
+    operator writes its blocks in the session's form (`RunOptions.form`), and rejects
+    the first action of every `reject_every`-th session (counted from `offset`: where a
+    run that teaches a session at a time has got to)."""
     tally = Tally()
     for i, v in enumerate(check_teaching(variants)):
         operator = ScriptedOperator(
-            v, tally, reject_first=reject_every > 0 and i % reject_every == 0
+            v, tally, reject_first=reject_every > 0 and (offset + i) % reject_every == 0
         )
         runtime = make_runtime(v, operator)
         operator.form = runtime.options.form

@@ -1,0 +1,60 @@
+"""The learning bench's plumbing on the tiny model (bench/learning.py; the figures are the
+real model's): base, one teaching session, an SFT adapter trained on that session's
+labels only and the held-out variants again with it, all kept under `--work`; run again,
+it resumes and does nothing twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(model: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "learning.py"),
+            *("--model", str(model), "--work", str(work), "--out", str(work / "out.json")),
+            *("--families", "compute", "--untaught", "", "--teach", "1", "--held-out", "1"),
+            *("--kinds", "sft", "--epochs", "1", "--max-length", "512"),
+            *("--candidates", "1", "--block-tokens", "24"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
+
+
+def test_the_learning_bench_measures_teaches_trains_and_resumes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    done = run_bench(tiny_model_dir, work)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (work / "rows.jsonl").open()]
+    measured = [r for r in rows if "point" in r]
+    assert [(r["point"], r["family"]) for r in measured] == [
+        ("base", "compute"),
+        ("sft-1", "compute"),
+    ]
+    assert measured[0]["ref"] == measured[1]["ref"]  # the same held-out variant, before and after
+    (taught,) = [r for r in rows if "taught" in r]
+    assert taught["taught"].startswith("compute:") and taught["taught"] != measured[0]["ref"]
+    (trained,) = [r for r in rows if "trained" in r]
+    assert trained["trained"] == "sft-1" and trained["rows"] > 0
+    figures = json.loads((work / "out.json").read_text())
+    assert figures["sft-1"]["operator"]["sessions"] == 1
+    assert figures["sft-1"]["taught"]["n"] == 1
+
+    again = run_bench(tiny_model_dir, work)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [json.loads(line) for line in (work / "rows.jsonl").open()] == rows
