@@ -47,12 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import blocks, forms
 from agents.backends.offline import DEFAULT, ensure_model
 from agents.batch import wilson
-from agents.runtime import Outcome, RunOptions, Runtime, session_solved
+from agents.runtime import Outcome, RunOptions, Runtime, own_check_name, session_solved
 from agents.settings import Settings
 from agents.tasks import Task
 from agents.tasks.families import Variant, family_names, parse_name, split, variant
-from storage import EvaluationKind, JobKind, JobStatus, NodeStatus, TraceStore
-from training.jobs import JobOptions, copy_sqlite, follow, queue_job
+from storage import EvaluationKind, Job, JobKind, JobStatus, NodeStatus, TraceStore
+from training.jobs import JobOptions, copy_sqlite, follow, queue_job, resume_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
@@ -92,7 +92,7 @@ def judge(store: TraceStore, session_id: int, found: Variant, form: str) -> dict
     evaluation = any(
         n.kind == blocks.EVALUATION
         and n.status is NodeStatus.EXECUTED
-        and forms.title(n.kind, form, n.text) in ran
+        and own_check_name(forms.title(n.kind, form, n.text) or "", found.task) in ran
         for n in tree
     )
     orientation = any(
@@ -116,7 +116,17 @@ class Kept:
 
     def __init__(self, work: Path) -> None:
         self.path = work / "rows.jsonl"
-        self.rows = [json.loads(line) for line in self.path.open()] if self.path.exists() else []
+        self.rows: list[dict[str, Any]] = []
+        if self.path.exists():
+            lines = self.path.read_text().splitlines()
+            for i, line in enumerate(lines):
+                try:
+                    self.rows.append(json.loads(line))
+                except ValueError:
+                    if i < len(lines) - 1:
+                        raise
+                    # the last line, half written when a run was stopped: dropped
+                    self.path.write_text("".join(f"{x}\n" for x in lines[:-1]))
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
@@ -156,6 +166,7 @@ def held_out(
     bench/humaneval.py runs them); rates per family, over the taught families and on the
     suite. Sessions kept for `point` are not run again."""
     done = kept.measured(point)
+    variants = list(variants)
     for found in variants:
         ref = f"{found.family}:{found.seed}"
         if ref in done:
@@ -191,7 +202,9 @@ def held_out(
         }
         kept.add(row)
         print(f"  {point} {json.dumps(row)}", flush=True)
-    return figures(list(kept.measured(point).values()), args.families)
+    refs = {f"{v.family}:{v.seed}" for v in variants} | {ref for ref, _ in suite_tasks(args.suite)}
+    rows = [row for ref, row in kept.measured(point).items() if ref in refs]
+    return figures(rows, args.families)
 
 
 def figures(rows: list[dict[str, Any]], taught_families: list[str]) -> dict[str, Any]:
@@ -263,6 +276,37 @@ def teaching_only(store: TraceStore, sessions: list[int]) -> list[int]:
     return sessions
 
 
+def start_job(
+    store: TraceStore,
+    kind: JobKind,
+    name: str,
+    args: argparse.Namespace,
+    work: Path,
+    sessions: list[int],
+) -> tuple[Job, bool]:
+    """The job that trains adapter `name`, and whether it was under way already: one a
+    stopped run left (resumed where it failed or was cancelled, followed where it runs),
+    else a new one on the labels of `sessions`."""
+    for job in store.list_jobs(limit=1_000_000):
+        if job.name == name:
+            if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                job = resume_job(store, job.id)
+            return job, True
+    options = JobOptions(
+        kind=kind,
+        base_model=str(args.model),
+        name=name,
+        epochs=args.epochs,
+        learning_rate=args.lr.get(kind.value),
+        max_length=args.max_length,
+        save_steps=10_000,
+        start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1]) or None,
+        labels_from=str(args.teaching_from) if args.teaching_from else None,
+        sessions=tuple(sessions),
+    )
+    return queue_job(store, options, data_dir=work / "data"), False
+
+
 def train(
     backend: Any,
     store: TraceStore,
@@ -278,37 +322,53 @@ def train(
     row = kept.trained(name)
     if row is None:
         started = time.perf_counter()
-        options = JobOptions(
-            kind=kind,
-            base_model=str(args.model),
-            name=name,
-            epochs=args.epochs,
-            learning_rate=args.lr.get(kind.value),
-            max_length=args.max_length,
-            save_steps=10_000,
-            start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1])
-            or None,
-            labels_from=str(args.teaching_from) if args.teaching_from else None,
-            sessions=tuple(sessions),
-        )
-        job = queue_job(store, options, data_dir=work / "data")
+        job, resumed = start_job(store, kind, name, args, work, sessions)
         for _ in follow(store, job.id, poll=1.0):
             pass
         job = store.get_job(job.id)
         if job.status is not JobStatus.COMPLETED:
             raise SystemExit(f"training {name} ended {job.status.value}: {job.error}")
-    adapter = store.get_adapter(name)
-    backend.load_adapter(adapter.name, adapter.path)
-    backend.use_adapter(adapter.name)
-    if row is None:
+        metrics = store.get_adapter(name).metrics
         row = {
             "trained": name,
             "rows": job.config.get("rows_at_queue"),
-            "label_to_adapter_s": round(time.perf_counter() - started, 1),
-            "train_loss": adapter.metrics.get("train_loss"),
+            # a job a stopped run left has no time from the last label
+            "label_to_adapter_s": None if resumed else round(time.perf_counter() - started, 1),
+            "train_loss": metrics.get("train_loss"),
         }
+    adapter = store.get_adapter(name)
+    backend.load_adapter(adapter.name, adapter.path)
+    backend.use_adapter(adapter.name)
+    if kept.trained(name) is None:
+        if row["label_to_adapter_s"] is not None:  # to the adapter in use
+            row["label_to_adapter_s"] = round(time.perf_counter() - started, 1)
         kept.add(row)
     return {k: v for k, v in row.items() if k != "trained"}
+
+
+#: What a kept row's meaning depends on: a run resumes only with these as they were
+#: (`--held-out`, `--teach`, `--kinds` and `--suite` may change: they add or leave out).
+SAME_RUN = (
+    "model", "families", "untaught", "first", "candidates", "block_tokens", "attempts",
+    "epochs", "lr", "max_length", "start_from", "suite_ticks", "teaching_from",
+)  # fmt: skip
+
+
+def same_run(work: Path, args: argparse.Namespace) -> None:
+    """Keep the run's settings in `<work>/run.json`; stop, naming what differs, when the
+    folder holds another run's."""
+    mine = {key: str(getattr(args, key)) for key in SAME_RUN}
+    path = work / "run.json"
+    if path.exists():
+        theirs = json.loads(path.read_text())
+        differ = [k for k in SAME_RUN if theirs.get(k) != mine[k]]
+        if differ:
+            raise SystemExit(
+                f"{work} holds another run (its {', '.join(differ)} differ): "
+                "give another --work, or the same settings to resume it"
+            )
+    else:
+        path.write_text(json.dumps(mine, indent=2) + "\n")
 
 
 def main() -> None:
@@ -378,6 +438,7 @@ def main() -> None:
     backend = TransformersBackend(str(args.model))
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
+    same_run(work, args)
     kept = Kept(work)
     store = TraceStore(work / "traces.db")
     if not args.skip_base:
@@ -405,7 +466,9 @@ def main() -> None:
         else:
             tally = teach(backend, store, order[:point], args, work / "teach", kept)
             teaching_only(store, tally.sessions)
-        for kind in kinds if point == points[-1] else [JobKind.SFT]:
+        # SFT at every point, first: the other kinds start from it (`--start-from`)
+        last = [JobKind.SFT, *(k for k in kinds if k is not JobKind.SFT)]
+        for kind in last if point == points[-1] else [JobKind.SFT]:
             name = f"{kind.value}-{point}"
             sessions = stored[:point] if stored else tally.sessions
             trained = train(backend, store, kind, name, args, work, kept, sessions)

@@ -45,6 +45,8 @@ NAME = "starter"
 MODEL = "gemma-3-270m"
 #: teaching sessions in the shipped file
 COUNT = 20
+#: how the sessions were sampled (the learning bench's settings for Gemma)
+SESSION_OPTIONS = {"candidates": 2, "block_tokens": 192}
 #: how the starter adapter is trained (the learning bench's settings: about 10 min on 2 cores)
 EPOCHS = 2.0
 MAX_LENGTH = 1024
@@ -100,7 +102,7 @@ def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -
     from storage import TraceStore
     from training.teach import teach_sessions, teaching_order, variant_options
 
-    model = ensure_model(say)
+    model = ensure_model(say, name=MODEL)
     backend = TransformersBackend(str(model))
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -114,7 +116,9 @@ def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -
                     store,
                     backend,
                     found.task,
-                    variant_options(backend, seed=1000 + found.seed, teaching=True),
+                    variant_options(
+                        backend, seed=1000 + found.seed, teaching=True, **SESSION_OPTIONS
+                    ),
                     sessions_dir=work / "work",
                     asker=operator,  # type: ignore[arg-type]
                 )

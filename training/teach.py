@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from agents import forms
 from agents.approval import Answer, ApprovalRequest
 from agents.blocks import ACTION
-from agents.runtime import outcome_passed
+from agents.runtime import outcome_passed, own_check_name
 from agents.tasks.families import Variant, split, variant
 from storage import Author, EvaluationKind, LabelScope, LabelValue, NewNode, Node, NodeStatus
 
@@ -197,7 +197,7 @@ class ScriptedOperator:
         """Whether an evaluation the model wrote ran and said what the task's checks say
         of the same tick's work: a check that fails right work, or passes wrong work,
         is rewritten."""
-        name = forms.title(node.kind, self.form, node.text)
+        name = own_check_name(forms.title(node.kind, self.form, node.text) or "", self.variant.task)
         for outcome in (n for n in tree if n.kind == "outcome" and n.tick == node.tick):
             for result in store.evaluations(outcome.id):
                 if result.kind is EvaluationKind.CALLBACK and result.name == name:

@@ -76,6 +76,7 @@ __all__ = [
     "auto_defaults",
     "clip",
     "outcome_passed",
+    "own_check_name",
     "resume_options",
     "session_options",
     "session_solved",

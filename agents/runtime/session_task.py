@@ -95,3 +95,9 @@ def resume_options(
         options = RunOptions.from_snapshot({k: v for k, v in stored.items() if k in fields})
     options = replace(options, **{k: v for k, v in chosen.items() if k in fields and v is not None})
     return options.within(None, ticks_done(store, session.id))
+
+
+def own_check_name(title: str, task: Task) -> str:
+    """The name the model's evaluation `title` runs and is stored under: told apart from a
+    task check of the same name."""
+    return f"{title} (the model's)" if title in task.check_names else title

@@ -25,7 +25,7 @@ from agents.runtime.results import (
     result_text,
 )
 from agents.runtime.sampling import Sampler
-from agents.runtime.session_task import task_reminder
+from agents.runtime.session_task import own_check_name, task_reminder
 from agents.sandbox import CallResult, Kernel
 from agents.tasks.spec import Task
 from storage import Author, EvaluationKind, NewNode, NodeStatus
@@ -195,7 +195,7 @@ class TickSteps:
         for title in state.evaluations:
             result = self.kernels.kernel_call(partial(_call_evaluation, name=title))
             self.kernels.heard(result)
-            name = f"{title} (the model's)" if title in self.state.task.check_names else title
+            name = own_check_name(title, self.state.task)
             results.append((name, result, False))
         results = [(name, result, True) for name, result in self.kernels.task_checks()] + results
         for name, result, is_check in results:

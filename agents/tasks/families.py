@@ -152,7 +152,9 @@ def as_script(block: str) -> str:
             value = line.removeprefix("return ")
             line = f"print({value})" if action else f"assert {value}, {title!r}"
         body.append(line)
-    return f"# {title}\n" + "\n".join(body) + "\n"
+    script = f"# {title}\n" + "\n".join(body) + "\n"
+    assert "subagent" not in script and "\n    return" not in script, script
+    return script
 
 
 def _orientation(goal: str, files: str, check: str, plan: str) -> str:
