@@ -48,6 +48,7 @@ from agents.runtime.sampling import (
 from agents.runtime.session_task import (
     REMINDER_CHARS,
     outcome_passed,
+    own_check_name,
     resume_options,
     session_solved,
     task_from_snapshot,
