@@ -1,16 +1,18 @@
-"""The starter adapter for the offline base model (Gemma 3 270M base).
+"""The starter adapter: an offline model taught on the teaching sessions that ship with
+the project.
 
-The base model writes almost no valid block from the project's prompts. The starter
-sessions are what the learning bench's scripted operator (`training.teach`) does on the
-first teaching variants of the taught families: it approves, rejects with a reason,
-rewrites and labels, through the runtime's approval gate, on the offline model. They ship
-with the project as a trace store (`SESSIONS`, one small SQLite file); `agent-console train
-starter` trains the starter adapter from its labels (an SFT job reading a private copy,
-`JobOptions.labels_from`), and on the offline model the console offers to load it.
+The starter sessions are what the learning bench's scripted operator (`training.teach`)
+does on the first teaching variants of the taught families: it approves, rejects with a
+reason, rewrites and labels, through the runtime's approval gate, on the offline model,
+in the model's own form of blocks (Gemma 3 270M base: callbacks; the coder: scripts).
+They ship with the project as a trace store per model (`SESSIONS_BY_MODEL`, one small
+SQLite file each); `agent-console train starter` trains the starter adapter from the
+base model's sessions (an SFT job reading a private copy, `JobOptions.labels_from`), and
+on the offline model the console offers to load it.
 
-Regenerate the file (about two minutes a session on a 2-core CPU):
+Regenerate a model's file (a few minutes a session on a 2-core CPU):
 
-    .venv/bin/python -m training.starter [--sessions 20]
+    .venv/bin/python -m training.starter [--model qwen2.5-coder-0.5b] [--sessions 20]
 
 Held-out variants are never in it: `check_sessions` refuses a store with one, both when
 the file is made and before a job trains on it.
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents.backends.registry import DEFAULT
 from agents.tasks.families import Variant, parse_name
 from training.teach import TAUGHT, HeldOutError, check_teaching
 
@@ -36,17 +39,25 @@ if TYPE_CHECKING:
     from training.jobs import JobOptions
     from training.teach import Tally
 
-#: the shipped teaching sessions (a trace store)
-SESSIONS = Path(__file__).with_name("starter_sessions.db")
+#: the offline models' shipped teaching sessions, a trace store each, made on that model
+#: (its prompts, its form of blocks, its defaults)
+SESSIONS_BY_MODEL = {
+    "qwen2.5-coder-0.5b": Path(__file__).with_name("starter_sessions_coder.db"),
+    "gemma-3-270m": Path(__file__).with_name("starter_sessions.db"),
+}
 #: the adapter's name in the registry
 NAME = "starter"
-#: the offline model the sessions were made on, and the adapter is trained for (the
-#: instruction-tuned default is prompted in chat turns and script blocks: not these)
-MODEL = "gemma-3-270m"
-#: teaching sessions in the shipped file
+#: the model `agent-console train starter` trains for when not told: the offline default
+MODEL = DEFAULT
+#: ... and its sessions
+SESSIONS = SESSIONS_BY_MODEL[MODEL]
+#: teaching sessions in a shipped file
 COUNT = 20
-#: how the sessions were sampled (the learning bench's settings for Gemma)
-SESSION_OPTIONS = {"candidates": 2, "block_tokens": 192}
+#: how a model's sessions were sampled where not by its defaults (Gemma's: the learning
+#: bench's settings for it)
+SESSION_OPTIONS: dict[str, dict[str, int]] = {
+    "gemma-3-270m": {"candidates": 2, "block_tokens": 192},
+}
 #: how the starter adapter is trained (the learning bench's settings: about 10 min on 2 cores)
 EPOCHS = 2.0
 MAX_LENGTH = 1024
@@ -79,8 +90,14 @@ def check_sessions(path: Path | str = SESSIONS) -> list[Variant]:
             return session_variants(store)
 
 
+def sessions_for(model: str) -> Path:
+    """The shipped sessions of the offline model named `model` (a registry name, or its
+    converted folder); the default's for any other model."""
+    return SESSIONS_BY_MODEL.get(Path(model).name, SESSIONS)
+
+
 def job_options(base_model: str, *, name: str = NAME) -> JobOptions:
-    """The starter adapter's training job on `base_model`."""
+    """The starter adapter's training job on `base_model`, from its sessions."""
     from storage import JobKind
     from training.jobs import JobOptions
 
@@ -90,20 +107,22 @@ def job_options(base_model: str, *, name: str = NAME) -> JobOptions:
         name=name,
         epochs=EPOCHS,
         max_length=MAX_LENGTH,
-        labels_from=str(SESSIONS),
+        labels_from=str(sessions_for(base_model)),
     )
 
 
-def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -> Tally:
-    """Teach `count` sessions on the offline model into a fresh trace store at `out`."""
+def make(
+    out: Path, count: int = COUNT, *, model: str = MODEL, say: Callable[[str], None] = print
+) -> Tally:
+    """Teach `count` sessions on the offline model `model` into a fresh trace store at
+    `out`, in the model's own form and defaults."""
     from agents.backends.offline import ensure_model
     from agents.backends.transformers_backend import TransformersBackend
     from agents.runtime import Runtime, session_solved
     from storage import TraceStore
     from training.teach import teach_sessions, teaching_order, variant_options
 
-    model = ensure_model(say, name=MODEL)
-    backend = TransformersBackend(str(model))
+    backend = TransformersBackend(str(ensure_model(say, name=model)))
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         work = Path(tmp)
@@ -117,7 +136,10 @@ def make(out: Path, count: int = COUNT, *, say: Callable[[str], None] = print) -
                     backend,
                     found.task,
                     variant_options(
-                        backend, seed=1000 + found.seed, teaching=True, **SESSION_OPTIONS
+                        backend,
+                        seed=1000 + found.seed,
+                        teaching=True,
+                        **SESSION_OPTIONS.get(model, {}),
                     ),
                     sessions_dir=work / "work",
                     asker=operator,  # type: ignore[arg-type]
@@ -143,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Regenerate the starter sessions: the scripted operator teaches the "
         "offline model on the first teaching variants of the taught families.",
     )
+    parser.add_argument("--model", default=MODEL, choices=sorted(SESSIONS_BY_MODEL))
     parser.add_argument("--sessions", type=int, default=COUNT, help=f"(default {COUNT})")
-    parser.add_argument("--out", type=Path, default=SESSIONS, help="the trace store to write")
+    parser.add_argument("--out", type=Path, help="the trace store to write (default: the model's)")
     args = parser.parse_args(argv)
-    tally = make(args.out, args.sessions)
-    print(f"{args.out}: {len(tally.sessions)} sessions; operator {tally.as_json()}")
+    out = args.out or SESSIONS_BY_MODEL[args.model]
+    tally = make(out, args.sessions, model=args.model)
+    print(f"{out}: {len(tally.sessions)} sessions; operator {tally.as_json()}")
     return 0
 
 

@@ -274,9 +274,9 @@ def queue_starter(store: TraceStore, args: argparse.Namespace) -> int:
     from training.teach import HeldOutError
 
     try:
-        variants = starter.check_sessions()
         base = model_or_default(args.base) if args.base else ""
         base = base or str(ensure_model(_stderr_line, name=starter.MODEL))
+        variants = starter.check_sessions(starter.sessions_for(base))
         job = queue_job(store, starter.job_options(base, name=args.name), data_dir=data_dir())
     except HeldOutError as exc:
         return fail(f"the starter sessions hold a held-out variant: {exc}", exit_codes.USAGE)
