@@ -289,18 +289,21 @@ class ConsoleApp(App[None]):
             self.offer_starter(backend)
 
     def offer_starter(self, backend: Backend) -> None:
-        """On an offline base model with no adapter in use: offer its starter adapter, or
-        say how to train one (the base writes almost no valid block)."""
+        """On an offline model with no adapter in use: offer its starter adapter where one
+        is registered for it, or, on a base model (which writes almost no valid block
+        untaught), say how to train one."""
         from agents.backends.offline import offline_entry
         from storage import NotFoundError
         from training.starter import NAME
 
         offline = offline_entry(backend.model)
-        if backend.active_adapter or offline is None or offline.instruction_tuned:
+        if backend.active_adapter or offline is None:
             return
         try:
             adapter = self.store.get_adapter(NAME)
         except NotFoundError:
+            if offline.instruction_tuned:
+                return
             self.notify(
                 "The offline model is a small base model: it writes few valid blocks until "
                 "taught. `agent-console train starter` trains its starter adapter from the "
@@ -317,9 +320,13 @@ class ConsoleApp(App[None]):
         self.push_screen(
             ConfirmScreen(
                 f"Load the starter adapter {NAME!r}?",
-                "Trained from the teaching sessions that ship with the project; without it "
-                "the offline base model writes almost no valid block. The palette's "
-                "'adapter' commands switch back at any time.",
+                "Trained from the teaching sessions that ship with the project"
+                + (
+                    "."
+                    if offline.instruction_tuned
+                    else "; without it the offline base model writes almost no valid block."
+                )
+                + " The palette's 'adapter' commands switch back at any time.",
             ),
             lambda yes: self.switch_adapter(NAME) if yes else None,
         )

@@ -1,6 +1,7 @@
-"""On the offline model the console offers the starter adapter: loaded on `y`, or, when
-none is registered, a notification saying which command trains it. On another model it
-says nothing. Real Gemma, a real (random) LoRA adapter for it, a real store."""
+"""On an offline model the console offers its starter adapter: loaded on `y`, or, on the
+base model when none is registered, a notification saying which command trains it. On
+another model it says nothing. Real Gemma and the real coder, a real (random) LoRA
+adapter for each, a real store."""
 
 from __future__ import annotations
 
@@ -18,26 +19,28 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 SIZE = (120, 40)
 
 
-def gemma_adapter(gemma_dir: Path, folder: Path) -> Path:
-    """A rank-4 LoRA adapter for Gemma with random weights (what is in it does not matter
-    here, only that the backend loads it)."""
+def random_adapter(model_dir: Path, folder: Path) -> Path:
+    """A rank-4 LoRA adapter for the model with random weights (what is in it does not
+    matter here, only that the backend loads it)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(gemma_dir, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
     config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     get_peft_model(model, config).save_pretrained(folder)
     return folder
 
 
+@pytest.mark.parametrize("model", ["gemma_dir", "qwen_dir"])
 async def test_the_offline_model_offers_its_starter_adapter(
-    gemma_dir: Path, tmp_path: Path
+    model: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
+    model_dir: Path = request.getfixturevalue(model)
     store = TraceStore(tmp_path / "traces.db")
-    path = gemma_adapter(gemma_dir, tmp_path / "adapters" / "starter")
-    store.register_adapter("starter", base_model=str(gemma_dir), path=path)
-    app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(gemma_dir)))
+    path = random_adapter(model_dir, tmp_path / "adapters" / "starter")
+    store.register_adapter("starter", base_model=str(model_dir), path=path)
+    app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(model_dir)))
     notes = Notes()
     async with app.run_test(size=SIZE, message_hook=notes) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the offer", 120)
@@ -52,9 +55,11 @@ async def test_the_offline_model_offers_its_starter_adapter(
 
 
 async def test_without_a_starter_adapter_the_console_says_how_to_train_one(
-    gemma_dir: Path, tmp_path: Path, tiny_model_dir: Path
+    gemma_dir: Path, qwen_dir: Path, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    for model, offered in ((gemma_dir, True), (tiny_model_dir, False)):
+    # the base model is told; the coder, which works untaught, and a model that is not
+    # an offline one are not
+    for model, offered in ((gemma_dir, True), (qwen_dir, False), (tiny_model_dir, False)):
         store = TraceStore(tmp_path / f"{model.name}.db")
         app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(model)))
         notes = Notes()
