@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agents.backends.registry import DEFAULT
 from agents.tasks.families import Variant, parse_name
 from training.teach import TAUGHT, HeldOutError, check_teaching
 
@@ -42,13 +41,12 @@ if TYPE_CHECKING:
 #: the offline models' shipped teaching sessions, a trace store each, made on that model
 #: (its prompts, its form of blocks, its defaults)
 SESSIONS_BY_MODEL = {
-    "qwen2.5-coder-0.5b": Path(__file__).with_name("starter_sessions_coder.db"),
     "gemma-3-270m": Path(__file__).with_name("starter_sessions.db"),
 }
 #: the adapter's name in the registry
 NAME = "starter"
-#: the model `agent-console train starter` trains for when not told: the offline default
-MODEL = DEFAULT
+#: the model `agent-console train starter` trains for when not told
+MODEL = "gemma-3-270m"
 #: ... and its sessions
 SESSIONS = SESSIONS_BY_MODEL[MODEL]
 #: teaching sessions in a shipped file
