@@ -45,16 +45,21 @@ class Variant:
     """An evaluation block that checks the action's result."""
     targets: tuple[str, ...]
     """The files the task is about (inputs and output): a good orientation names them."""
-    script_action: str
-    """The action as a script-form block (`agents.forms`): a script, or a file's new text."""
-    script_evaluation: str
-    """The evaluation as a check script: exit status 0 passes."""
+    script_action: str | None = None
+    """The action as a script-form block (`agents.forms`): a script, or a file's new text
+    (None: the callback rewritten by `as_script`)."""
+    script_evaluation: str | None = None
+    """The evaluation as a check script, exit status 0 passing (None: as `script_action`)."""
 
     def blocks_for(self, form: str) -> tuple[str, str]:
-        """(action, evaluation) as an operator writes them in a session of `form`."""
-        if form == SCRIPT:
-            return self.script_action, self.script_evaluation
-        return self.action, self.evaluation
+        """(action, evaluation) as an operator writes them in a session of `form`. A
+        callback `as_script` cannot rewrite (another family's, registered by a user) is
+        given as it is: a callback runs as one in a session of scripts too."""
+        if form != SCRIPT:
+            return self.action, self.evaluation
+        action = self.script_action or as_script(self.action) or self.action
+        evaluation = self.script_evaluation or as_script(self.evaluation) or self.evaluation
+        return action, evaluation
 
 
 @dataclass(frozen=True)
@@ -129,15 +134,16 @@ _DEFINITION = re.compile(r"^def \w+\(subagent\):$")
 _REGISTER = re.compile(r"^self\.add_(?:action|evaluation)\((\"[^\"]*\"), \w+\)$")
 
 
-def as_script(block: str) -> str:
+def as_script(block: str) -> str | None:
     """A family's callback block (one function of `subagent` that reads and writes the
     work dir's files, then its registration) as the script that does the same: its title
     as the first comment, the function's body at the top level with `open()` for the
-    files; an action prints what the function returned, a check asserts it."""
+    files; an action prints what the function returned, a check asserts it. None for a
+    block of another shape."""
     lines = block.splitlines()
-    assert _DEFINITION.match(lines[0]), lines[0]
-    registered = _REGISTER.match(lines[-1])
-    assert registered, lines[-1]
+    registered = _REGISTER.match(lines[-1]) if len(lines) > 2 else None
+    if not registered or not _DEFINITION.match(lines[0]):
+        return None
     title = json.loads(registered[1])
     action = lines[-1].startswith("self.add_action")
     body: list[str] = []
@@ -153,7 +159,8 @@ def as_script(block: str) -> str:
             line = f"print({value})" if action else f"assert {value}, {title!r}"
         body.append(line)
     script = f"# {title}\n" + "\n".join(body) + "\n"
-    assert "subagent" not in script and "\n    return" not in script, script
+    if "subagent" in script or "\n    return" in script:
+        return None  # a call or a return the rewrite does not know
     return script
 
 
@@ -637,8 +644,8 @@ def variant(family: str, seed: int) -> Variant:
         str(made["action"]),
         str(made["evaluation"]),
         tuple(made["targets"]),  # type: ignore[arg-type]
-        str(made.get("script_action") or as_script(str(made["action"]))),
-        str(made.get("script_evaluation") or as_script(str(made["evaluation"]))),
+        made.get("script_action"),  # type: ignore[arg-type]
+        made.get("script_evaluation"),  # type: ignore[arg-type]
     )
 
 

@@ -5,6 +5,8 @@ and batch files name variants."""
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from agents.batch import TasksFileError, read_tasks, wilson
 from agents.forms import FORMS
 from agents.sandbox import Kernel
 from agents.tasks import TaskError, load_task, seed_workdir
-from agents.tasks.families import FAMILIES, VARIANTS, parse_seeds, split, variant
+from agents.tasks.families import FAMILIES, VARIANTS, as_script, parse_seeds, split, variant
 
 
 def test_a_seed_always_makes_the_same_variant_and_seeds_differ_in_substance() -> None:
@@ -133,3 +135,16 @@ def test_a_batch_line_names_a_family_and_a_range(tmp_path: Path) -> None:
         tasks.write_text(json.dumps(bad) + "\n")
         with pytest.raises(TasksFileError, match=said):
             read_tasks(tasks)
+
+
+def test_a_callback_the_rewrite_does_not_know_is_taught_as_it_is_in_a_session_of_scripts() -> None:
+    from tests.support.coin_family import coin
+
+    odd = 'self.add_action("answer", lambda subagent: 42)'
+    assert as_script(odd) is None
+    assert as_script("def f(subagent):\n    subagent.run('ls')\nself.add_action(\"x\", f)") is None
+    found = variant("compute", 3)
+    made = coin(random.Random(1))
+    other = replace(found, action=str(made["action"]), script_action=None)
+    assert other.blocks_for(forms.SCRIPT)[0] == odd
+    assert found.blocks_for(forms.SCRIPT)[0].startswith("# Write ")
