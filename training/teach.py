@@ -201,8 +201,8 @@ class ScriptedOperator:
         for outcome in (n for n in tree if n.kind == "outcome" and n.tick == node.tick):
             for result in store.evaluations(outcome.id):
                 if result.kind is EvaluationKind.CALLBACK and result.name == name:
-                    passed = result.error is None and result.passed is True
-                    return result.error is None and passed == outcome_passed(outcome.meta)
+                    right = outcome_passed(outcome.meta)
+                    return result.error is None and (result.passed is True) == right
         return False
 
     def _label(self, store: TraceStore, node: Node, value: LabelValue) -> None:
