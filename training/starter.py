@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents.backends.registry import MODELS
 from agents.tasks.families import Variant, parse_name
 from training.teach import TAUGHT, HeldOutError, check_teaching
 
@@ -86,6 +87,11 @@ def check_sessions(path: Path | str = SESSIONS) -> list[Variant]:
         copy_sqlite(Path(path), copy)
         with TraceStore(copy) as store:
             return session_variants(store)
+
+
+def made_for(model: str) -> Path:
+    """Where the sessions of an offline model that has none shipped yet are made."""
+    return Path(__file__).with_name(f"starter_sessions_{model}.db")
 
 
 def sessions_for(model: str) -> Path:
@@ -163,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Regenerate the starter sessions: the scripted operator teaches the "
         "offline model on the first teaching variants of the taught families.",
     )
-    parser.add_argument("--model", default=MODEL, choices=sorted(SESSIONS_BY_MODEL))
+    parser.add_argument("--model", default=MODEL, choices=sorted(MODELS))
     parser.add_argument("--sessions", type=int, default=COUNT, help=f"(default {COUNT})")
     parser.add_argument("--out", type=Path, help="the trace store to write (default: the model's)")
     args = parser.parse_args(argv)
-    out = args.out or SESSIONS_BY_MODEL[args.model]
+    out = args.out or SESSIONS_BY_MODEL.get(args.model) or made_for(args.model)
     tally = make(out, args.sessions, model=args.model)
     print(f"{out}: {len(tally.sessions)} sessions; operator {tally.as_json()}")
     return 0
