@@ -328,20 +328,17 @@ def train(
         job = store.get_job(job.id)
         if job.status is not JobStatus.COMPLETED:
             raise SystemExit(f"training {name} ended {job.status.value}: {job.error}")
-        metrics = store.get_adapter(name).metrics
-        row = {
-            "trained": name,
-            "rows": job.config.get("rows_at_queue"),
-            # a job a stopped run left has no time from the last label
-            "label_to_adapter_s": None if resumed else round(time.perf_counter() - started, 1),
-            "train_loss": metrics.get("train_loss"),
-        }
     adapter = store.get_adapter(name)
     backend.load_adapter(adapter.name, adapter.path)
     backend.use_adapter(adapter.name)
-    if kept.trained(name) is None:
-        if row["label_to_adapter_s"] is not None:  # to the adapter in use
-            row["label_to_adapter_s"] = round(time.perf_counter() - started, 1)
+    if row is None:
+        row = {
+            "trained": name,
+            "rows": job.config.get("rows_at_queue"),
+            # to the adapter in use; a job a stopped run left has no time from the last label
+            "label_to_adapter_s": None if resumed else round(time.perf_counter() - started, 1),
+            "train_loss": adapter.metrics.get("train_loss"),
+        }
         kept.add(row)
     return {k: v for k, v in row.items() if k != "trained"}
 
