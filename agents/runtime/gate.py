@@ -24,6 +24,8 @@ from storage import Actor, Author, NewNode, Node, NodeStatus, SessionStatus, Ver
 #: An operator's edit longer than this shows in the context cut to it (the store keeps
 #: it whole): a pasted megabyte must not end the session.
 OPERATOR_CONTEXT_CHARS = 8000
+#: the most room a retry after a cut file gets, in times the options' `block_tokens`
+MAX_ROOM = 4
 
 
 class Regenerate:
@@ -86,8 +88,12 @@ class GateSteps:
         attempts = 0
         #: why the last try did not do, for the next request to say
         missed: str | None = None
+        #: the room for the next try's action (None: the options')
+        room: int | None = None
         while attempts < self.state.options.attempts:
-            action, alternates = self.sampler.generate(blocks.ACTION, tick_state.tick)
+            action, alternates = self.sampler.generate(
+                blocks.ACTION, tick_state.tick, block_tokens=room
+            )
             expectation, _ = self.sampler.generate(blocks.EXPECTATION, tick_state.tick)
             retry = (
                 f"try {attempts + 1} of {self.state.options.attempts}: {missed}" if missed else None
@@ -127,6 +133,13 @@ class GateSteps:
                 # (HumanEval/68's first action wrote the stub back; the session ended).
                 tick_state.kept = True
                 return
+            if chosen.author is Author.MODEL and forms.CUT_NOTE in error_text:
+                # the limit cut the file before it ended: asked again with the same room,
+                # the model writes the same file and is cut again (the coder spent 25
+                # minutes so on HumanEval/96); the next try has twice the room, up to
+                # MAX_ROOM times the options'
+                base = self.state.options.block_tokens
+                room = min(2 * (room or base), MAX_ROOM * base)
             # A script's error is its own report: the model writes the next try after it.
             if attempts < self.state.options.attempts and self.state.options.form == forms.CALLBACK:
                 self.sampler.generate(blocks.DEBUG, tick_state.tick)

@@ -42,32 +42,31 @@ class Sampler:
         self.control = control
         self.recorder = recorder
 
-    def generate(self, kind: str, tick: int) -> tuple[Node, list[Node]]:
+    def generate(
+        self, kind: str, tick: int, *, block_tokens: int | None = None
+    ) -> tuple[Node, list[Node]]:
         """Sample candidates for a model-written block, rank them, store them all as
-        siblings; the chosen one joins the path. Returns (chosen, alternates)."""
+        siblings; the chosen one joins the path. Returns (chosen, alternates).
+        `block_tokens`: the room for this block where not the options' (a retry after the
+        limit cut the last try's file)."""
         self.control.await_step("block", kind)
         self.control.checkpoint()
         header = self.recorder.header(kind, tick)
         question = blocks.QUESTIONS[kind]
         prompter = self.state.prompter
         form = self.state.options.form
+        room = block_tokens or self.state.options.block_tokens
         # the longest prompt built on this context: the header, a whole block, a question
         asked = ranking.question_prompt(header.text(), "", question) + prompter.overhead
-        context, collapsed = self.state.window.fit(
-            self.state.path, asked, self.state.options.block_tokens
-        )
+        context, collapsed = self.state.window.fit(self.state.path, asked, room)
         prefix = context + header.text()
         prompt = prompter.block(context, header.text(), kind, self.state.path, collapsed)
-        max_tokens = prompter.max_tokens(kind, self.state.options.block_tokens)
+        max_tokens = prompter.max_tokens(kind, room)
         earlier = earlier_texts(self.state.path, kind, form)
         if prompter.style == prompting.CHAT:  # saying the ask back is a copy too
             earlier += prompting.asks(form)
         features = self.state.backend.features
-        grammar = (
-            block_grammar(kind, self.state.options.block_tokens)
-            if self.state.options.constrain
-            else None
-        )
+        grammar = block_grammar(kind, room) if self.state.options.constrain else None
         if "grammar" not in features or (form == forms.SCRIPT and kind in forms.SCRIPT_KINDS):
             grammar = None
         sampled: list[tuple[Any, int]] = []
@@ -101,10 +100,7 @@ class Sampler:
             # Scored as at most `block_tokens` tokens, the room `fit` left for a block:
             # bytes that are no UTF-8 come back as replacement characters, which can take
             # more tokens than were sampled. The stored block is whole.
-            shown = [
-                blocks.head_within(b, self.state.options.block_tokens, self.state.window.tokens_in)
-                for b in bodies
-            ]
+            shown = [blocks.head_within(b, room, self.state.window.tokens_in) for b in bodies]
             prompts = [
                 prompter.question(prefix, s, question, kind, self.state.path, collapsed)
                 for s in shown

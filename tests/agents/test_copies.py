@@ -159,6 +159,39 @@ def test_a_file_block_cut_by_the_token_limit_is_judged_by_the_files_it_writes(
     assert not (work / "test_solution.py").exists()
 
 
+#: One file, longer than the first try's room: the limit cuts it before it ends.
+LONG_FILE = {
+    **CUT_BLOCKS,
+    "action": '# solution.py\ndef f():\n    """' + "One, always. " * 12 + '"""\n    return 1\n',
+}
+
+
+def test_a_file_the_limit_cut_is_asked_for_again_with_more_room(tmp_path: Path) -> None:
+    """A try whose only file the token limit cut changes nothing; asked again with the
+    same room the model writes the same file, cut the same (the coder's HumanEval/96 and
+    /132: 25 minutes so). The next try has twice the room, and the file is written."""
+    from agents.runtime.gate import MAX_ROOM
+
+    outcome, nodes, _ = run_scripted(
+        tmp_path, LONG_FILE, max_ticks=1, attempts=3, form="script", block_tokens=120
+    )
+    tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
+    assert [(n.status, n.sampling["max_tokens"]) for n in tried] == [
+        (NodeStatus.FAILED, 120),
+        (NodeStatus.EXECUTED, 240),
+    ]
+    work = tmp_path / "sessions" / str(outcome.session_id) / "work"
+    assert "return 1" in (work / "solution.py").read_text()
+    # the room grows no further than MAX_ROOM times the options'
+    longer = {**LONG_FILE, "action": LONG_FILE["action"] + "#" * 1000}
+    (tmp_path / "longer").mkdir()
+    _, nodes, _ = run_scripted(
+        tmp_path / "longer", longer, max_ticks=1, attempts=4, form="script", block_tokens=120
+    )
+    tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
+    assert [n.sampling["max_tokens"] for n in tried] == [120, 240, 120 * MAX_ROOM, 120 * MAX_ROOM]
+
+
 #: A whole file that says the task's text again: in script form no copy (only an earlier
 #: action would be); a check that says the action's file again is one.
 SAYS_AGAIN = {
