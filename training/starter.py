@@ -43,11 +43,12 @@ if TYPE_CHECKING:
 #: (its prompts, its form of blocks, its defaults)
 SESSIONS_BY_MODEL = {
     "gemma-3-270m": Path(__file__).with_name("starter_sessions.db"),
+    "qwen2.5-coder-0.5b": Path(__file__).with_name("starter_sessions_qwen2.5-coder-0.5b.db"),
 }
 #: the adapter's name in the registry
 NAME = "starter"
-#: the model `agent-console train starter` trains for when not told
-MODEL = "gemma-3-270m"
+#: the model `agent-console train starter` trains for when not told: the default
+MODEL = "qwen2.5-coder-0.5b"
 #: ... and its sessions
 SESSIONS = SESSIONS_BY_MODEL[MODEL]
 #: teaching sessions in a shipped file
@@ -57,9 +58,11 @@ COUNT = 20
 SESSION_OPTIONS: dict[str, dict[str, int]] = {
     "gemma-3-270m": {"candidates": 2, "block_tokens": 192},
 }
-#: how the starter adapter is trained (the learning bench's settings: about 10 min on 2 cores)
+#: how the starter adapter is trained (the learning bench's settings)
 EPOCHS = 2.0
-MAX_LENGTH = 1024
+#: the longest row, by model (the coder's chat rows with the work directory's files run
+#: to about 1,300 tokens)
+MAX_LENGTH = {"gemma-3-270m": 1024, "qwen2.5-coder-0.5b": 2048}
 
 
 def session_variants(store: TraceStore) -> list[Variant]:
@@ -110,7 +113,7 @@ def job_options(base_model: str, *, name: str = NAME) -> JobOptions:
         base_model=base_model,
         name=name,
         epochs=EPOCHS,
-        max_length=MAX_LENGTH,
+        max_length=MAX_LENGTH.get(Path(base_model).name, 2048),
         labels_from=str(sessions_for(base_model)),
     )
 

@@ -19,10 +19,14 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_the_shipped_sessions_are_the_first_teaching_variants_and_none_is_held_out() -> None:
-    before = digest(starter.SESSIONS)
-    found = starter.check_sessions()
-    assert digest(starter.SESSIONS) == before  # read from a copy: not even a WAL file
+@pytest.mark.parametrize("model", sorted(starter.SESSIONS_BY_MODEL))
+def test_the_shipped_sessions_are_the_first_teaching_variants_and_none_is_held_out(
+    model: str,
+) -> None:
+    path = starter.SESSIONS_BY_MODEL[model]
+    before = digest(path)
+    found = starter.check_sessions(path)
+    assert digest(path) == before  # read from a copy: not even a WAL file
     assert len(found) == starter.COUNT
     assert [(v.family, v.seed) for v in found] == [
         (v.family, v.seed) for v in teaching_order(TAUGHT, starter.COUNT)
@@ -30,8 +34,10 @@ def test_the_shipped_sessions_are_the_first_teaching_variants_and_none_is_held_o
     for v in found:
         assert v.seed not in split(v.family)[1]
     # The operator's work is in them: verdicts, rewrites and labels in every session.
-    with TraceStore(_copy(starter.SESSIONS)) as store:
+    with TraceStore(_copy(path)) as store:
         tally = Tally.read(store, store.session_ids())
+        # made on that model
+        assert {Path(s.model or "").name for s in store.list_sessions()} == {model}
     assert tally.edited + tally.approved >= starter.COUNT and tally.labelled > 0
 
 
