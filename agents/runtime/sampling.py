@@ -58,7 +58,14 @@ class Sampler:
         room = block_tokens or self.state.options.block_tokens
         # the longest prompt built on this context: the header, a whole block, a question
         asked = ranking.question_prompt(header.text(), "", question) + prompter.overhead
-        context, collapsed = self.state.window.fit(self.state.path, asked, room)
+        try:
+            context, collapsed = self.state.window.fit(self.state.path, asked, room)
+        except Truncated:
+            if room == self.state.options.block_tokens:
+                raise
+            # more room than the context has left: the options' room, as before
+            room = self.state.options.block_tokens
+            context, collapsed = self.state.window.fit(self.state.path, asked, room)
         prefix = context + header.text()
         prompt = prompter.block(context, header.text(), kind, self.state.path, collapsed)
         max_tokens = prompter.max_tokens(kind, room)

@@ -166,6 +166,11 @@ LONG_FILE = {
 }
 
 
+#: A context (scripted tokens) in which the second try of `LONG_FILE` made longer has room
+#: for 120 new tokens but not 240 (found by trying: 2,100 to 2,150 do; below, 120 does not fit)
+CONTEXT_FOR_120 = 2125
+
+
 def test_a_file_the_limit_cut_is_asked_for_again_with_more_room(tmp_path: Path) -> None:
     """A try whose only file the token limit cut changes nothing; asked again with the
     same room the model writes the same file, cut the same (the coder's HumanEval/96 and
@@ -190,6 +195,14 @@ def test_a_file_the_limit_cut_is_asked_for_again_with_more_room(tmp_path: Path) 
     )
     tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
     assert [n.sampling["max_tokens"] for n in tried] == [120, 240, 120 * MAX_ROOM, 120 * MAX_ROOM]
+    # where the context has no room for more, the try keeps the options' room
+    (tmp_path / "full").mkdir()
+    _, nodes, _ = run_scripted(
+        tmp_path / "full", longer, max_ticks=1, attempts=2, form="script", block_tokens=120,
+        context_tokens=CONTEXT_FOR_120,
+    )  # fmt: skip
+    tried = [n for n in nodes if n.kind == blocks.ACTION and n.status is not NodeStatus.ALTERNATE]
+    assert [n.sampling["max_tokens"] for n in tried] == [120, 120]
 
 
 #: A whole file that says the task's text again: in script form no copy (only an earlier
