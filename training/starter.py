@@ -39,11 +39,17 @@ if TYPE_CHECKING:
     from training.jobs import JobOptions
     from training.teach import Tally
 
+
+def made_for(model: str) -> Path:
+    """Where the sessions of an offline model are made (Gemma's, the first, have no suffix)."""
+    return Path(__file__).with_name(f"starter_sessions_{model}.db")
+
+
 #: the offline models' shipped teaching sessions, a trace store each, made on that model
 #: (its prompts, its form of blocks, its defaults)
 SESSIONS_BY_MODEL = {
     "gemma-3-270m": Path(__file__).with_name("starter_sessions.db"),
-    "qwen2.5-coder-0.5b": Path(__file__).with_name("starter_sessions_qwen2.5-coder-0.5b.db"),
+    "qwen2.5-coder-0.5b": made_for("qwen2.5-coder-0.5b"),
 }
 #: the adapter's name in the registry
 NAME = "starter"
@@ -90,11 +96,6 @@ def check_sessions(path: Path | str = SESSIONS) -> list[Variant]:
         copy_sqlite(Path(path), copy)
         with TraceStore(copy) as store:
             return session_variants(store)
-
-
-def made_for(model: str) -> Path:
-    """Where the sessions of an offline model that has none shipped yet are made."""
-    return Path(__file__).with_name(f"starter_sessions_{model}.db")
 
 
 def sessions_for(model: str) -> Path:
