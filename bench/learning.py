@@ -20,7 +20,7 @@ Run: `.venv/bin/python bench/learning.py [--teach 5,10,20] [--held-out 10] [--ki
   labels of the teaching sessions (asserted to hold no held-out variant), loaded into the
   running backend, and the held-out set again with the same seeds. At the last count, each
   kind in `--kinds` (DPO and KTO start from that count's SFT adapter). The time from the
-  last label to the adapter in use is reported.
+  last label to the adapter in use is reported (the job on every core: the bench waits).
 
 `--base-only` stops after the base; `--skip-base` teaches and trains only.
 `--teaching-from training/starter_sessions.db` takes the first N stored teaching sessions
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -300,9 +301,12 @@ def start_job(
         learning_rate=args.lr.get(kind.value),
         max_length=args.max_length,
         save_steps=10_000,
-        start_from=args.start_from.get(kind.value, "").replace("N", name.split("-")[-1]) or None,
+        start_from=args.start_from.get(kind.value, "").replace("N", name.split("-", 1)[1]) or None,
         labels_from=str(args.teaching_from) if args.teaching_from else None,
         sessions=tuple(sessions),
+        changed_only=args.changed_only,
+        # the bench waits idle for the job, so it has every core (the console keeps one)
+        cpu_threads=os.cpu_count(),
     )
     return queue_job(store, options, data_dir=work / "data"), False
 
@@ -400,6 +404,11 @@ def main() -> None:
         help="kind=adapter each kind starts from (N: the point); empty: from the base",
     )
     parser.add_argument("--max-length", type=int, default=3072)
+    parser.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="train on the blocks the operator wrote only (adapters named sft-N-changed)",
+    )
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
     parser.add_argument("--skip-base", action="store_true", help="teach and train only")
     parser.add_argument(
@@ -466,7 +475,7 @@ def main() -> None:
         # SFT at every point, first: the other kinds start from it (`--start-from`)
         last = [JobKind.SFT, *(k for k in kinds if k is not JobKind.SFT)]
         for kind in last if point == points[-1] else [JobKind.SFT]:
-            name = f"{kind.value}-{point}"
+            name = f"{kind.value}-{point}" + ("-changed" if args.changed_only else "")
             sessions = stored[:point] if stored else tally.sessions
             trained = train(backend, store, kind, name, args, work, kept, sessions)
             after = held_out(backend, store, measured, args, work / name, kept, name)

@@ -256,10 +256,13 @@ def iter_rows(
     tokenize: Tokenize | None = None,
     chat: bool = False,
     report: BuildReport | None = None,
+    changed_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The rows of one dataset, a session at a time. `since` keeps only data whose
     evidence (label, verdict, edit) is from then on; `session_ids` limits the sessions;
-    `tokenize` is required for the token-exact form. Mismatches go to `report`."""
+    `tokenize` is required for the token-exact form; `changed_only` keeps, of the SFT
+    examples (KTO's desirable ones), only the blocks the operator wrote: their edits and
+    rewrites, not the model's blocks they approved. Mismatches go to `report`."""
     kind = DatasetKind(kind)
     if kind is DatasetKind.TOKENS and tokenize is None:
         raise ValueError("the token-exact form needs a tokenizer")
@@ -269,11 +272,22 @@ def iter_rows(
         evidence = load_evidence(store, session_id)
         before = report.rows
         if kind is DatasetKind.SFT:
-            yield from _session_sft(store, evidence, session_id, since, chat, report)
+            yield from _session_sft(
+                store, evidence, session_id, since, chat, report, changed_only=changed_only
+            )
         elif kind is DatasetKind.DPO:
             yield from _session_dpo(store, evidence, session_id, since, chat, report)
         elif kind is DatasetKind.KTO:
-            yield from _session_sft(store, evidence, session_id, since, chat, report, kto=True)
+            yield from _session_sft(
+                store,
+                evidence,
+                session_id,
+                since,
+                chat,
+                report,
+                kto=True,
+                changed_only=changed_only,
+            )
         else:
             assert tokenize is not None
             yield from _session_tokens(store, evidence, session_id, since, tokenize, report)
@@ -308,13 +322,14 @@ def _session_sft(
     report: BuildReport,
     *,
     kto: bool = False,
+    changed_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """SFT rows; with `kto`, KTO's: the SFT examples and the undesirable blocks, each with
-    its `label`."""
+    its `label`. With `changed_only`, an example the model wrote is left out."""
     labels = (
-        dict(evidence.kto_examples(since=since))
+        dict(evidence.kto_examples(since=since, changed_only=changed_only))
         if kto
-        else dict.fromkeys(evidence.sft_examples(since=since), True)
+        else dict.fromkeys(evidence.sft_examples(since=since, changed_only=changed_only), True)
     )
     if not labels:
         return
@@ -397,6 +412,7 @@ def write_jsonl(
     session_ids: Sequence[int] | None = None,
     tokenize: Tokenize | None = None,
     chat: bool = False,
+    changed_only: bool = False,
 ) -> BuildReport:
     """Write a dataset as JSON lines, atomically: the file appears whole or not at all
     (a partial file from a killed build never looks like a dataset)."""
@@ -414,6 +430,7 @@ def write_jsonl(
                 tokenize=tokenize,
                 chat=chat,
                 report=report,
+                changed_only=changed_only,
             ):
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             handle.flush()

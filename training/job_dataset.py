@@ -52,10 +52,16 @@ def build_dataset(store: TraceStore, job: Job, log: Callable[[str], None]) -> di
                 path,
                 since=options.since,
                 session_ids=options.sessions,
+                changed_only=options.changed_only,
             )
     else:
         built = write_jsonl(
-            store, options.kind.value, path, since=options.since, session_ids=options.sessions
+            store,
+            options.kind.value,
+            path,
+            since=options.since,
+            session_ids=options.sessions,
+            changed_only=options.changed_only,
         )
     report = {
         "path": str(path),

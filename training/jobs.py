@@ -105,6 +105,9 @@ class JobOptions:
     labels_from: str | None = None
     #: only these sessions' labels (None: every session's); the learning bench's points
     sessions: tuple[int, ...] | None = None
+    #: SFT (KTO's desirable side) on the blocks the operator wrote only, their edits and
+    #: rewrites, not the model's blocks they approved: fewer rows, on what the model got wrong
+    changed_only: bool = False
     #: torch threads on a CPU (None: all cores but one, which the console keeps); a test
     #: or bench that waits idle for the job gives it every core
     cpu_threads: int | None = None
@@ -198,16 +201,17 @@ def check_enough_data(
     kind: JobKind,
     since: float | None,
     sessions: Collection[int] | None = None,
+    changed_only: bool = False,
 ) -> int:
     """How many rows the labels (of `sessions`, if given) make for `kind`;
     NotEnoughDataError when none."""
     from training.rules import count_kto_examples, count_training_data
 
     if kind is JobKind.KTO:
-        good, bad = count_kto_examples(store, since=since, sessions=sessions)
+        good, bad = count_kto_examples(store, since, sessions, changed_only)
         rows = good + bad if good and bad else 0
     else:
-        counts = count_training_data(store, since=since, sessions=sessions)
+        counts = count_training_data(store, since, sessions, changed_only)
         rows = counts.sft_examples if kind is JobKind.SFT else counts.dpo_pairs
     if rows == 0:
         message = needed_labels_message(kind)
@@ -292,12 +296,16 @@ def queue_job(
     returns the job (with the worker's pid) at once. JobError for a bad request."""
     source = copy_labels(options.labels_from, Path(data_dir)) if options.labels_from else None
     if source is None:
-        rows = check_enough_data(store, options.kind, options.since, options.sessions)
+        rows = check_enough_data(
+            store, options.kind, options.since, options.sessions, options.changed_only
+        )
     else:
         from storage import TraceStore
 
         with TraceStore(source) as other:
-            rows = check_enough_data(other, options.kind, options.since, options.sessions)
+            rows = check_enough_data(
+                other, options.kind, options.since, options.sessions, options.changed_only
+            )
     base = resolve_base_model(options.base_model)
     if options.name is not None:
         check_name_free(store, options.name)

@@ -252,12 +252,16 @@ class SessionEvidence:
 
     # -- the rules -----------------------------------------------------------------------
 
-    def sft_examples(self, *, since: float | None = None) -> list[int]:
+    def sft_examples(self, *, since: float | None = None, changed_only: bool = False) -> list[int]:
         """Ids of the blocks that are SFT examples, in id order. With `since`, only those
-        whose evidence was given at or after it."""
+        whose evidence was given at or after it; with `changed_only`, only those the
+        operator wrote (their edits and rewrites), not the model's they approved."""
         found = []
         for node_id in sorted(self.nodes):
-            when = self.example_at(self.nodes[node_id])
+            node = self.nodes[node_id]
+            if changed_only and node.author is not Author.OPERATOR:
+                continue
+            when = self.example_at(node)
             if when is not None and (since is None or when >= since):
                 found.append(node_id)
         return found
@@ -301,12 +305,19 @@ class SessionEvidence:
                 pairs.append(Pair(chosen, rejected, rule))
         return pairs
 
-    def kto_examples(self, *, since: float | None = None) -> list[tuple[int, bool]]:
+    def kto_examples(
+        self, *, since: float | None = None, changed_only: bool = False
+    ) -> list[tuple[int, bool]]:
         """(block id, desirable) for KTO, in id order: the SFT examples are desirable; a
         block labelled bad, rejected by the operator, or rewritten by them is undesirable.
-        Unpaired: a label on a block with no sibling counts."""
+        Unpaired: a label on a block with no sibling counts. `changed_only` keeps, of the
+        desirable ones, those the operator wrote."""
         good = set(self.sft_examples(since=since))
-        found = [(node_id, True) for node_id in good]
+        found = [
+            (node_id, True)
+            for node_id in good
+            if not changed_only or self.nodes[node_id].author is Author.OPERATOR
+        ]
         for node_id, node in self.nodes.items():
             if node.author is Author.RUNTIME or node_id in good:
                 continue
@@ -383,17 +394,19 @@ def load_evidence(store: Evidence, session_id: int) -> SessionEvidence:
 
 
 def iter_session_counts(
-    store: Evidence, *, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence,
+    *,
+    since: float | None = None,
+    sessions: Collection[int] | None = None,
+    changed_only: bool = False,
 ) -> Iterator[tuple[int, Counts]]:
     """(session id, what its labels and verdicts make), one session in memory at a time.
     With `since`, sessions where nothing happened since then are not read at all; with
-    `sessions`, only those."""
+    `sessions`, only those; `changed_only` as in `SessionEvidence.sft_examples`."""
     for session_id in _chosen(store, since, sessions):
         evidence = load_evidence(store, session_id)
-        yield (
-            session_id,
-            Counts(len(evidence.sft_examples(since=since)), len(evidence.dpo_pairs(since=since))),
-        )
+        examples = evidence.sft_examples(since=since, changed_only=changed_only)
+        yield session_id, Counts(len(examples), len(evidence.dpo_pairs(since=since)))
 
 
 def _chosen(store: Evidence, since: float | None, sessions: Collection[int] | None) -> list[int]:
@@ -402,25 +415,33 @@ def _chosen(store: Evidence, since: float | None, sessions: Collection[int] | No
 
 
 def count_kto_examples(
-    store: Evidence, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence,
+    since: float | None = None,
+    sessions: Collection[int] | None = None,
+    changed_only: bool = False,
 ) -> tuple[int, int]:
     """(desirable, undesirable) KTO examples the store's labels and verdicts make (those
     of `sessions` only, if given)."""
     good = bad = 0
     for session_id in _chosen(store, since, sessions):
-        for _, desirable in load_evidence(store, session_id).kto_examples(since=since):
+        evidence = load_evidence(store, session_id)
+        for _, desirable in evidence.kto_examples(since=since, changed_only=changed_only):
             good += desirable
             bad += not desirable
     return good, bad
 
 
 def count_training_data(
-    store: Evidence, since: float | None = None, sessions: Collection[int] | None = None
+    store: Evidence,
+    since: float | None = None,
+    sessions: Collection[int] | None = None,
+    changed_only: bool = False,
 ) -> Counts:
     """How many SFT examples and DPO pairs the store's labels and verdicts make (only
     those whose evidence is from `since` on, and of `sessions`, if given)."""
     examples = pairs = 0
-    for _, counts in iter_session_counts(store, since=since, sessions=sessions):
+    counted = iter_session_counts(store, since=since, sessions=sessions, changed_only=changed_only)
+    for _, counts in counted:
         examples += counts.sft_examples
         pairs += counts.dpo_pairs
     return Counts(examples, pairs)

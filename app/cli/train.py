@@ -103,6 +103,12 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
             help="train on the labels of another trace store (a SQLite file; read from a copy)",
         )
         job.add_argument(
+            "--changed-only",
+            action="store_true",
+            help="train on the blocks the operator wrote (edits, rewrites) only, not the "
+            "model's blocks they approved: fewer rows, a faster job",
+        )
+        job.add_argument(
             "--follow", action="store_true", help="show a progress bar until the job ends"
         )
     starter = jobs.add_parser(
@@ -116,7 +122,8 @@ def add_train_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
     starter.add_argument(
         "--base",
         metavar="MODEL",
-        help="base model (default: Gemma 3 270M, which the sessions were made on)",
+        help="base model (default: the offline coder; a model with no sessions of its own "
+        "trains on the coder's)",
     )
     starter.add_argument(
         "--name", default="starter", help="the adapter's name (default: %(default)s)"
@@ -240,6 +247,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
         max_length=args.max_length,
         start_from=args.on,
         labels_from=args.labels_from,
+        changed_only=args.changed_only,
     )
     if options.qlora:
         import importlib.util
@@ -253,7 +261,7 @@ def queue(store: TraceStore, args: argparse.Namespace, settings: Settings) -> in
     try:
         if not named:  # the default model: converted first where it is the offline one
             if options.labels_from is None:
-                check_enough_data(store, options.kind, options.since)
+                check_enough_data(store, options.kind, options.since, None, options.changed_only)
             options = replace(options, base_model=default_model(_stderr_line))
         else:  # an offline model's name: its folder, converted first when needed
             options = replace(options, base_model=model_or_default(named, _stderr_line))

@@ -266,6 +266,22 @@ def test_train_on_another_stores_labels_leaves_that_store_untouched(
     assert "--labels-from" in line and "no such file" in line
 
 
+def test_changed_only_trains_on_the_operators_blocks_alone(
+    db: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with TraceStore(db) as store:
+        SessionBuilder(store, "approved").executed(1)  # the model's action, approved
+    base = ["--db", str(db), "train", "sft", "--base", str(tiny_model_dir)]
+    assert run([*base, "--name", "all"]) == exit_codes.OK
+    assert "sft on 5 examples -> adapter 'all'" in capsys.readouterr().out
+    assert run([*base, "--name", "changed", "--changed-only"]) == exit_codes.OK
+    assert "sft on 4 examples -> adapter 'changed'" in capsys.readouterr().out
+    with TraceStore(db) as store:
+        assert [job.config["changed_only"] for job in store.list_jobs()] == [True, False]
+    for job_id in ("1", "2"):
+        assert run(["--db", str(db), "train", "cancel", job_id]) == exit_codes.OK
+
+
 def test_train_starter_queues_a_job_on_a_copy_of_the_shipped_sessions(
     tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

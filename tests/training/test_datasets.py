@@ -30,6 +30,7 @@ from training.datasets import (
     parse_since,
     write_jsonl,
 )
+from training.rules import count_training_data
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,6 +82,24 @@ def test_sft_rows_are_the_exact_prompts_the_model_saw(
     # never runtime-written blocks, never the model's original the operator replaced
     assert all(sqlite_store.get_node(i).author is not Author.RUNTIME for i in by_id)
     assert edit.edited_from_id not in by_id
+
+
+def test_changed_only_keeps_the_blocks_the_operator_wrote(
+    sqlite_store: TraceStore, backend: object, tmp_path: Path
+) -> None:
+    session_id = edited_session(sqlite_store, backend, tmp_path)
+    tree = sqlite_store.tree(session_id)
+    edit = next(n for n in tree if n.author is Author.OPERATOR)
+    sqlite_store.add_label(tree[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
+    every = [row["node_id"] for row in rows(sqlite_store, "sft")]
+    assert edit.id in every and len(every) > 1  # the model's approved blocks are data too
+    assert [row["node_id"] for row in rows(sqlite_store, "sft", changed_only=True)] == [edit.id]
+    assert count_training_data(sqlite_store, changed_only=True).sft_examples == 1
+    kto = {row["node_id"]: row["label"] for row in rows(sqlite_store, "kto")}
+    changed = {row["node_id"]: row["label"] for row in rows(sqlite_store, "kto", changed_only=True)}
+    # the undesirable side (the model's original the operator rewrote) stays
+    assert changed == {i: good for i, good in kto.items() if not good or i == edit.id}
+    assert changed[edit.edited_from_id] is False
 
 
 def test_a_prompt_that_no_longer_renders_as_sampled_is_reported_not_used(
