@@ -5,6 +5,7 @@ with the columns trl trains on (`load_rows`), their prompts fitted to the job's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -41,22 +42,15 @@ def build_dataset(store: TraceStore, job: Job, log: Callable[[str], None]) -> di
         log(f"dataset: reusing {path} ({report['rows']} rows)")
         return dict(report)
     options = JobOptions.from_config(job.config)
-    if job.config.get("labels_db"):
-        from storage import TraceStore
+    with contextlib.ExitStack() as stack:
+        source = store
+        if job.config.get("labels_db"):
+            from storage import TraceStore
 
-        log(f"dataset: the labels of {options.labels_from}")
-        with TraceStore(job.config["labels_db"]) as source:
-            built = write_jsonl(
-                source,
-                options.kind.value,
-                path,
-                since=options.since,
-                session_ids=options.sessions,
-                changed_only=options.changed_only,
-            )
-    else:
+            log(f"dataset: the labels of {options.labels_from}")
+            source = stack.enter_context(TraceStore(job.config["labels_db"]))
         built = write_jsonl(
-            store,
+            source,
             options.kind.value,
             path,
             since=options.since,

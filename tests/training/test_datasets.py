@@ -18,7 +18,7 @@ from agents import blocks
 from agents.approval import Answer
 from app import exit_codes
 from app.cli import run
-from storage import Author, LabelScope, LabelValue, NodeStatus, TraceStore
+from storage import Author, LabelScope, LabelValue, Node, NodeStatus, TraceStore
 from tests.support.answer_task import SOLVE
 from tests.support.label_trees import SessionBuilder
 from tests.support.runs import make_runtime
@@ -52,6 +52,14 @@ def edited_session(store: TraceStore, backend: object, tmp_path: Path) -> int:
     return runtime.run().session_id
 
 
+def labelled_edit(store: TraceStore, backend: object, tmp_path: Path) -> tuple[list[Node], Node]:
+    """`edited_session` with a good path label over its whole chain (every model-written
+    block on it is data): its tree and the operator's edit."""
+    tree = store.tree(edited_session(store, backend, tmp_path))
+    store.add_label(tree[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
+    return tree, next(n for n in tree if n.author is Author.OPERATOR)
+
+
 def rows(store: TraceStore, kind: str, **options: Any) -> list[dict[str, Any]]:
     return list(iter_rows(store, kind, **options))
 
@@ -59,11 +67,7 @@ def rows(store: TraceStore, kind: str, **options: Any) -> list[dict[str, Any]]:
 def test_sft_rows_are_the_exact_prompts_the_model_saw(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    session_id = edited_session(sqlite_store, backend, tmp_path)
-    tree = sqlite_store.tree(session_id)
-    edit = next(n for n in tree if n.author is Author.OPERATOR)
-    # a good path label over the whole chain: every model-written block on it is data
-    sqlite_store.add_label(tree[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
+    tree, edit = labelled_edit(sqlite_store, backend, tmp_path)
     report = BuildReport(DatasetKind.SFT)
     got = rows(sqlite_store, "sft", report=report)
     assert report.mismatches == [] and report.unchecked == 0
@@ -87,10 +91,7 @@ def test_sft_rows_are_the_exact_prompts_the_model_saw(
 def test_changed_only_keeps_the_blocks_the_operator_wrote(
     sqlite_store: TraceStore, backend: object, tmp_path: Path
 ) -> None:
-    session_id = edited_session(sqlite_store, backend, tmp_path)
-    tree = sqlite_store.tree(session_id)
-    edit = next(n for n in tree if n.author is Author.OPERATOR)
-    sqlite_store.add_label(tree[-1].id, LabelValue.GOOD, scope=LabelScope.PATH)
+    _, edit = labelled_edit(sqlite_store, backend, tmp_path)
     every = [row["node_id"] for row in rows(sqlite_store, "sft")]
     assert edit.id in every and len(every) > 1  # the model's approved blocks are data too
     assert [row["node_id"] for row in rows(sqlite_store, "sft", changed_only=True)] == [edit.id]
