@@ -313,11 +313,7 @@ class SessionEvidence:
         Unpaired: a label on a block with no sibling counts. `changed_only` keeps, of the
         desirable ones, those the operator wrote."""
         good = set(self.sft_examples(since=since))
-        found = [
-            (node_id, True)
-            for node_id in good
-            if not changed_only or self.nodes[node_id].author is Author.OPERATOR
-        ]
+        found = [(i, True) for i in self.sft_examples(since=since, changed_only=changed_only)]
         for node_id, node in self.nodes.items():
             if node.author is Author.RUNTIME or node_id in good:
                 continue
