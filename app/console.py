@@ -15,7 +15,7 @@ import gc
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, on, work
 from textual.app import App
@@ -37,6 +37,8 @@ from app.widgets.trace_tree import TraceTree
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    import threading
+
     from agents.backends import Backend
     from agents.tasks import Task
     from storage import Job, TraceStore
@@ -54,6 +56,9 @@ BLURRED_CURSOR_STYLE = "underline"
 #: How long quitting or an ending signal waits for the running sessions to store their
 #: ends (a stop cuts a forward pass at its next layer: a fraction of a second on a CPU).
 ENDING_WAIT_SECONDS = 1.5
+#: After an ending signal the process ends this long after, whatever blocks it then
+#: (app.signals.exit_after): the sessions' wait, then the terminal's restore.
+EXIT_DEADLINE_SECONDS = ENDING_WAIT_SECONDS + 15.0
 #: An error's toast stays this long (a week: until clicked, or the message log is opened).
 ERROR_TIMEOUT = 7 * 24 * 3600.0
 
@@ -100,6 +105,8 @@ class ConsoleApp(App[None]):
         self.collector = collector.IdleCollector()
         #: a SIGTERM or SIGHUP is ending the console (see `end_by_signal`)
         self.ending = False
+        #: ends the process if the app has not ended in time (see `end_by_signal`)
+        self.exit_deadline: threading.Timer | None = None
 
     @property
     def store(self) -> TraceStore:
@@ -223,6 +230,11 @@ class ConsoleApp(App[None]):
                 loop.add_signal_handler(signum, self.end_by_signal, signum)
 
     def end_by_signal(self, signum: int) -> None:
+        if not self.ending and not self.is_headless:  # a test's app shares its process
+            from app.signals import exit_after
+
+            # after SIGHUP the terminal is gone, and restoring it can block for ever
+            self.exit_deadline = exit_after(EXIT_DEADLINE_SECONDS, exit_codes.INTERRUPTED)
         self.end(f"stopped by {signal.Signals(signum).name}", exit_codes.INTERRUPTED)
 
     async def action_quit(self) -> None:
@@ -235,6 +247,13 @@ class ConsoleApp(App[None]):
         if not self.ending:
             self.ending = True
             self.run_worker(self._end(reason, code))
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            if self.exit_deadline is not None:
+                self.exit_deadline.cancel()
 
     async def _end(self, reason: str, code: int) -> None:
         # the live session, an A/B's sides, a held-out comparison's current one: each

@@ -13,6 +13,8 @@ it runs (the live one, an A/B's, a held-out comparison's) the same way.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from types import FrameType
 
 #: The signals that end a run (SIGINT is Python's own KeyboardInterrupt already).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+log = logging.getLogger(__name__)
 
 
 class Terminated(KeyboardInterrupt):
@@ -50,3 +54,23 @@ def ending_on_signals(signals: tuple[signal.Signals, ...] = ENDING_SIGNALS) -> I
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def exit_after(seconds: float, code: int) -> threading.Timer:
+    """End the process with `code` in `seconds` unless the timer returned is cancelled
+    first. The console arms it when an ending signal comes: where its terminal went away
+    while it was drawing (the window closed, the tmux server killed), Textual's output thread
+    can die on a write, and the app then waits for ever on that thread's full queue: a
+    process left behind, holding its model, that only SIGKILL ends. The sessions are
+    stored by then, so the deadline cuts nothing but the terminal's restore."""
+
+    def force() -> None:
+        log.warning("the console had not ended %g s after an ending signal; ending it", seconds)
+        logging.shutdown()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.name = "exit deadline"
+    timer.start()
+    return timer

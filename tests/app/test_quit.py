@@ -5,6 +5,8 @@ exited (the asyncio runner waits for its worker threads)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ QUIT_WITHIN = 2.0
 REASON = "the operator quit the console"
 #: the first approval request comes sooner
 FAST = {"candidates": 1, "block_tokens": 16}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def quit_and_check(app: ConsoleApp, pilot: object, key: str, store: TraceStore) -> None:
@@ -92,3 +95,29 @@ async def test_quit_while_it_waits_for_a_step_or_is_paused(
             await pilot.press("p")
             assert status.mode == "paused"
         await quit_and_check(app, pilot, "q", store)
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+def test_the_exit_deadline_ends_a_process_that_is_stuck(tmp_path: Path, cancelled: bool) -> None:
+    """A process whose main thread waits for ever (as the console's did, its terminal gone,
+    on Textual's dead output thread) ends with the deadline's code and a line in the log;
+    a cancelled deadline leaves it alone."""
+    script = f"""
+import logging, sys, threading
+logging.basicConfig(filename={str(tmp_path / "log")!r})
+from app.signals import exit_after
+timer = exit_after(0.5, 3)
+if {cancelled}:
+    timer.cancel()
+    threading.Event().wait(1.5)
+    sys.exit(0)
+threading.Event().wait()
+"""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, timeout=30, capture_output=True, check=False
+    )
+    assert done.returncode == (0 if cancelled else 3), done.stderr
+    assert time.monotonic() - started < 15
+    written = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""
+    assert ("had not ended 0.5 s after an ending signal" in written) is not cancelled
