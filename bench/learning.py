@@ -29,7 +29,8 @@ teaching anew, and counts the operator's actions in them.
 
 Everything done is kept under `--work` (the trace store, the adapters, one JSON line per
 session measured, session taught and adapter trained): the same `--work` again resumes a
-stopped run. Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
+stopped run. Other training settings (`--epochs`, `--lr`, `--changed-only`, ...) with a
+`--tag` train more adapters in the same `--work`, measured against its base. Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
 """
 
 from __future__ import annotations
@@ -324,7 +325,9 @@ def train(
     """Train with the product's job on the labels of `sessions` (teaching sessions only)
     and load the adapter; seconds from queueing to in use. An adapter kept is loaded."""
     row = kept.trained(name)
-    if row is None:
+    if row is not None:
+        check_training(work, name, row, args)
+    else:
         started = time.perf_counter()
         job, resumed = start_job(store, kind, name, args, work, sessions)
         for _ in follow(store, job.id, poll=1.0):
@@ -342,23 +345,27 @@ def train(
             # to the adapter in use; a job a stopped run left has no time from the last label
             "label_to_adapter_s": None if resumed else round(time.perf_counter() - started, 1),
             "train_loss": adapter.metrics.get("train_loss"),
+            "training": training_settings(args),
         }
         kept.add(row)
-    return {k: v for k, v in row.items() if k != "trained"}
+    return {k: v for k, v in row.items() if k not in ("trained", "training")}
 
 
 #: What a kept row's meaning depends on: a run resumes only with these as they were
 #: (`--held-out`, `--teach`, `--kinds` and `--suite` may change: they add or leave out).
 SAME_RUN = (
     "model", "families", "untaught", "first", "candidates", "block_tokens", "attempts",
-    "epochs", "lr", "max_length", "start_from", "suite_ticks", "teaching_from",
+    "suite_ticks", "teaching_from",
 )  # fmt: skip
+#: What an adapter depends on besides the run: kept with it. Other values train another
+#: adapter in the same run, named with `--tag`; the base's rows are shared.
+TRAINING = ("epochs", "lr", "max_length", "start_from", "changed_only")
 
 
 def same_run(work: Path, args: argparse.Namespace) -> None:
     """Keep the run's settings in `<work>/run.json`; stop, naming what differs, when the
     folder holds another run's."""
-    mine = {key: str(getattr(args, key)) for key in SAME_RUN}
+    mine = {key: str(getattr(args, key)) for key in SAME_RUN + TRAINING}
     path = work / "run.json"
     if path.exists():
         theirs = json.loads(path.read_text())
@@ -370,6 +377,21 @@ def same_run(work: Path, args: argparse.Namespace) -> None:
             )
     else:
         path.write_text(json.dumps(mine, indent=2) + "\n")
+
+
+def training_settings(args: argparse.Namespace) -> dict[str, str]:
+    return {key: str(getattr(args, key)) for key in TRAINING}
+
+
+def check_training(work: Path, name: str, row: dict[str, Any], args: argparse.Namespace) -> None:
+    """Stop, naming what differs, when adapter `name` was kept with other settings than
+    these (an adapter kept before they were recorded has the run's first ones)."""
+    had = row.get("training") or json.loads((work / "run.json").read_text())
+    wanted = training_settings(args)
+    differ = [k for k in TRAINING if k in had and had[k] != wanted[k]]
+    if differ:
+        was = ", ".join(f"{k} {had[k]}" for k in differ)
+        raise SystemExit(f"{name} was trained with {was}: give --tag to train another beside it")
 
 
 def main() -> None:
@@ -408,6 +430,12 @@ def main() -> None:
         "--changed-only",
         action="store_true",
         help="train on the blocks the operator wrote only (adapters named sft-N-changed)",
+    )
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="added to the adapters' names (sft-N-TAG): other training settings in the "
+        "same --work, beside the adapters kept there",
     )
     parser.add_argument("--base-only", action="store_true", help="measure the base, no teaching")
     parser.add_argument("--skip-base", action="store_true", help="teach and train only")
@@ -476,6 +504,7 @@ def main() -> None:
         last = [JobKind.SFT, *(k for k in kinds if k is not JobKind.SFT)]
         for kind in last if point == points[-1] else [JobKind.SFT]:
             name = f"{kind.value}-{point}" + ("-changed" if args.changed_only else "")
+            name += f"-{args.tag}" if args.tag else ""
             sessions = stored[:point] if stored else tally.sessions
             trained = train(backend, store, kind, name, args, work, kept, sessions)
             after = held_out(backend, store, measured, args, work / name, kept, name)

@@ -1,7 +1,8 @@
 """The learning bench's plumbing on the tiny model (bench/learning.py; the figures are the
 real model's): base, one teaching session, an SFT adapter trained on that session's
 labels only and the held-out variants again with it, all kept under `--work`; run again,
-it resumes and does nothing twice."""
+it resumes and does nothing twice. Other training settings are refused under a kept
+adapter's name and trained beside it with `--tag`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(model: Path, work: Path) -> subprocess.CompletedProcess[str]:
+def run_bench(model: Path, work: Path, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -26,6 +27,7 @@ def run_bench(model: Path, work: Path) -> subprocess.CompletedProcess[str]:
             *("--families", "compute", "--untaught", "", "--teach", "1", "--held-out", "1"),
             *("--kinds", "sft", "--epochs", "1", "--max-length", "512"),
             *("--candidates", "1", "--block-tokens", "24"),
+            *more,
         ],
         capture_output=True,
         text=True,
@@ -58,3 +60,17 @@ def test_the_learning_bench_measures_teaches_trains_and_resumes(
     again = run_bench(tiny_model_dir, work)
     assert again.returncode == 0, again.stderr[-3000:]
     assert [json.loads(line) for line in (work / "rows.jsonl").open()] == rows
+
+    # other training settings: refused under a kept adapter's name, trained beside it with
+    # a tag, against the same base (not measured again)
+    other = run_bench(tiny_model_dir, work, "--epochs", "2")
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines()[-1] == (
+        "sft-1 was trained with epochs 1.0: give --tag to train another beside it"
+    )
+    assert [json.loads(line) for line in (work / "rows.jsonl").open()] == rows
+    tagged = run_bench(tiny_model_dir, work, "--epochs", "2", "--tag", "e2")
+    assert tagged.returncode == 0, tagged.stderr[-3000:]
+    added = [json.loads(line) for line in (work / "rows.jsonl").open()][len(rows) :]
+    assert [r.get("point") or r.get("trained") for r in added] == ["sft-1-e2", "sft-1-e2"]
+    assert added[0]["training"]["epochs"] == "2.0"
