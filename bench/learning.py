@@ -30,7 +30,8 @@ teaching anew, and counts the operator's actions in them.
 Everything done is kept under `--work` (the trace store, the adapters, one JSON line per
 session measured, session taught and adapter trained): the same `--work` again resumes a
 stopped run. Other training settings (`--epochs`, `--lr`, `--changed-only`, ...) with a
-`--tag` train more adapters in the same `--work`, measured against its base. Figures go to stdout as Markdown rows and to .bench/learning.json (`--out`).
+`--tag` train more adapters in the same `--work`, measured against its base. Figures go
+to stdout as Markdown rows and to .bench/learning.json (`--out`).
 """
 
 from __future__ import annotations
