@@ -2,8 +2,10 @@
 gives them in the console, through the same code paths.
 
 In a session the operator answers the runtime's approval gate (`ScriptedOperator` is the
-session's asker): it approves an action that is the variant's own fix, rejects a wrong one
-with a reason the first time when asked to, and otherwise rewrites it to the fix. After the
+session's asker): it approves an action that is the variant's own fix, or that does the
+task in other words (run on a copy of the work dir, the task's checks all pass after it:
+`Runtime.passes_checks`), rejects a wrong one with a reason the first time when asked to,
+and otherwise rewrites it to the fix. After the
 session it reviews the chosen blocks the gate never asks about, as the label screen does:
 an orientation that names the task's files and goal is labelled good, one that does not is
 rewritten (`rewrite`); an evaluation that ran and agreed with the task's checks (passed
@@ -145,6 +147,9 @@ class ScriptedOperator:
         self.tally = tally
         self.reject_first = reject_first
         self.form = form
+        #: whether a proposed action does the task (the runtime's `passes_checks`): right
+        #: work in other words than the variant's is approved too
+        self.does_the_task: Callable[[str], bool] = lambda proposed: False
 
     @property
     def action(self) -> str:
@@ -158,7 +163,7 @@ class ScriptedOperator:
         request.future.set_result(self.decide(request.action.text))
 
     def decide(self, proposed: str) -> Answer:
-        if same_action(proposed, self.action, self.form):
+        if same_action(proposed, self.action, self.form) or self.does_the_task(proposed):
             self.tally.approved += 1
             return Answer.approve()
         if self.reject_first:
@@ -243,6 +248,7 @@ def teach_sessions(
         )
         runtime = make_runtime(v, operator)
         operator.form = runtime.options.form
+        operator.does_the_task = runtime.passes_checks
         outcome = runtime.run()
         tally.sessions.append(outcome.session_id)
         operator.review(runtime.store, outcome.session_id, solved(outcome))

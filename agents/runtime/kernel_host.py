@@ -7,15 +7,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agents import blocks, forms
 from agents.approval import Aborted
 from agents.events import AgentMessage
 from agents.runtime.control import Control, SessionState
-from agents.runtime.results import clip
+from agents.runtime.results import clip, passed
 from agents.sandbox import CallResult, Kernel, Limits, SandboxError
+from agents.tasks import Task
 from storage import Node, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -77,11 +81,7 @@ class KernelHost:
         self.checker = checker
         try:
             with paused, checker:
-                defined = checker.exec_block(self.state.task.checks, name="task checks")
-                if not defined.ok:
-                    failed = CallResult(ok=False, error=f"the task's checks: {defined.error}")
-                    return [(name, failed) for name in names]
-                return [(name, checker.call_evaluation(name)) for name in names]
+                return check_work(checker, self.state.task)
         except SandboxError as exc:
             if self.control.stopped.is_set():
                 raise Aborted("stopped") from None
@@ -93,6 +93,28 @@ class KernelHost:
             self.checker = None
             if self.control.stopped.is_set():
                 raise Aborted("stopped")
+
+    def passes_checks(self, text: str) -> bool:
+        """Whether action `text`, run in a kernel of its own on a copy of the work dir as it
+        is now, leaves work that every one of the task's checks passes (each run as
+        `task_checks` runs them). The session's kernel and files are untouched: how a
+        scripted operator tells right work from its own wording of it."""
+        if not self.state.task.check_names:
+            return False
+        form, unsafe = self.state.options.form, self.state.options.unsafe_no_sandbox
+        code = forms.kernel_code(blocks.ACTION, form, text, self.script_timeout, truncated=False)
+        with tempfile.TemporaryDirectory(prefix="agent-console-trial-") as folder:
+            copy = Path(folder) / "work"
+            shutil.copytree(self.state.workdir, copy, symlinks=True)
+            try:
+                with Kernel(copy, limits=self.limits(), unsafe=unsafe) as kernel:
+                    if not define_and_call_action(kernel, code, "action (on a copy)").ok:
+                        return False
+                with Kernel(copy, limits=self.limits(), unsafe=unsafe, read_only=True) as checker:
+                    return all(passed(result) for _, result in check_work(checker, self.state.task))
+            except SandboxError as exc:
+                log.warning("session %s: an action's trial failed: %s", self.state.session_id, exc)
+                return False
 
     def restore_kernel(self) -> None:
         """Re-run what later ticks rely on: the observation views the path set up."""
@@ -162,26 +184,41 @@ class KernelHost:
                 self.script_timeout,
                 truncated=node.truncated,
             )
-            defined = kernel.exec_block(code, name=f"action {node.meta.get('index', '')}")
-            if not defined.ok:
-                return defined
-            titles = defined.registered.get("action", [])
-            if not titles:
-                return CallResult(
-                    ok=False,
-                    error="the action block added no action: call self.add_action(title, function)",
-                    stdout=defined.stdout,
-                    stderr=defined.stderr,
-                    messages=defined.messages,
-                    duration=defined.duration,
-                )
-            ran = kernel.call_action(titles[-1])
-            ran.stdout = defined.stdout + ran.stdout
-            ran.stderr = defined.stderr + ran.stderr
-            ran.messages = defined.messages + ran.messages
-            ran.finished = ran.finished or defined.finished
-            return ran
+            return define_and_call_action(kernel, code, f"action {node.meta.get('index', '')}")
 
         result = self.kernel_call(call)
         self.heard(result)
         return result
+
+
+def define_and_call_action(kernel: Kernel, code: str, name: str) -> CallResult:
+    """Run an action block's `code` in `kernel`, then call the action it added."""
+    defined = kernel.exec_block(code, name=name)
+    if not defined.ok:
+        return defined
+    titles = defined.registered.get("action", [])
+    if not titles:
+        return CallResult(
+            ok=False,
+            error="the action block added no action: call self.add_action(title, function)",
+            stdout=defined.stdout,
+            stderr=defined.stderr,
+            messages=defined.messages,
+            duration=defined.duration,
+        )
+    ran = kernel.call_action(titles[-1])
+    ran.stdout = defined.stdout + ran.stdout
+    ran.stderr = defined.stderr + ran.stderr
+    ran.messages = defined.messages + ran.messages
+    ran.finished = ran.finished or defined.finished
+    return ran
+
+
+def check_work(checker: Kernel, task: Task) -> list[tuple[str, CallResult]]:
+    """Each of the task's checks, by name, with its result, run in `checker`."""
+    names = task.check_names
+    defined = checker.exec_block(task.checks, name="task checks")
+    if not defined.ok:
+        failed = CallResult(ok=False, error=f"the task's checks: {defined.error}")
+        return [(name, failed) for name in names]
+    return [(name, checker.call_evaluation(name)) for name in names]

@@ -174,3 +174,72 @@ def test_in_a_session_of_scripts_the_operator_approves_a_script_fix_and_rewrites
         assert any(action.strip() in text for text in completions)
         assert any(evaluation.strip() in text for text in completions)
         backend.close()
+
+
+#: the compute variant's task done in other words than its own fix: another program
+OTHER_WORDS = """\
+# Average the credits into value.txt
+import csv
+with open('grades.csv') as source:
+    credits = [float(row['credits']) for row in csv.DictReader(source)]
+with open('value.txt', 'w') as out:
+    out.write(f"{sum(credits) / len(credits):.2f}")
+"""
+WRONG = OTHER_WORDS.replace("/ len(credits)", "/ (len(credits) + 1)")
+
+
+@pytest.mark.parametrize(("proposed", "right"), [(OTHER_WORDS, True), (WRONG, False)])
+def test_the_operator_approves_right_work_in_other_words_and_rewrites_wrong_work(
+    tmp_path: Path, proposed: str, right: bool
+) -> None:
+    """An action that is not the variant's fix is tried on a copy of the work dir against
+    the task's checks: right work is approved (and left to run), wrong work rewritten to
+    the fix; the trial changes nothing of the session's files."""
+    from agents.backends.openai_backend import OpenAIBackend
+    from tests.support.scripted_vllm import SERVED, scripted_vllm
+
+    taught = variant("compute", split("compute")[0][0])
+    action, evaluation = taught.blocks_for(forms.SCRIPT)
+    assert not same_action(proposed, action, forms.SCRIPT)
+    script = {
+        "orientation": taught.orientation,
+        "action": proposed,
+        "expectation": "# value.txt holds the mean.",
+        "evaluation": evaluation,
+    }
+    with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
+        backend = OpenAIBackend(url, SERVED, timeout=30)
+        runtimes: list[Runtime] = []
+
+        def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
+            runtime = Runtime(
+                store,
+                backend,
+                v.task,
+                options(
+                    form=forms.SCRIPT, candidates=1, escalation=(), attempts=2, block_tokens=400
+                ),
+                sessions_dir=tmp_path / "sessions",
+                asker=operator,
+            )
+            runtimes.append(runtime)
+            return runtime
+
+        tally = teach_sessions(
+            [taught], runtime_for, lambda o: session_solved(store, o.session_id), reject_every=0
+        )
+        assert (tally.approved, tally.edited) == ((1, 0) if right else (0, 1))
+        (session_id,) = tally.sessions
+        assert session_solved(store, session_id)  # the right work ran, or the fix did
+        ran = [
+            n
+            for n in store.tree(session_id)
+            if n.kind == "action" and n.status is NodeStatus.EXECUTED
+        ]
+        assert [n.text.strip() for n in ran] == [(proposed if right else action).strip()]
+        # a trial runs on a copy: the session's files stay as the action that ran left them
+        workdir = runtimes[0].workdir
+        written = (workdir / "value.txt").read_text()
+        assert not runtimes[0].passes_checks(WRONG)
+        assert (workdir / "value.txt").read_text() == written
+        backend.close()
