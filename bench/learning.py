@@ -37,6 +37,7 @@ to stdout as Markdown rows and to .bench/learning.json (`--out`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -381,7 +382,13 @@ def same_run(work: Path, args: argparse.Namespace) -> None:
 
 
 def training_settings(args: argparse.Namespace) -> dict[str, str]:
-    return {key: str(getattr(args, key)) for key in TRAINING}
+    """`TRAINING`'s values, and the digest of the teaching store an adapter was trained
+    from (`--teaching-from`: the starter sessions, made again, keep their path)."""
+    settings = {key: str(getattr(args, key)) for key in TRAINING}
+    if args.teaching_from:
+        digest = hashlib.sha256(Path(args.teaching_from).read_bytes()).hexdigest()
+        settings["teaching_sha256"] = digest[:16]
+    return settings
 
 
 def check_training(work: Path, name: str, row: dict[str, Any], args: argparse.Namespace) -> None:
@@ -389,7 +396,7 @@ def check_training(work: Path, name: str, row: dict[str, Any], args: argparse.Na
     these (an adapter kept before they were recorded has the run's first ones)."""
     had = row.get("training") or json.loads((work / "run.json").read_text())
     wanted = training_settings(args)
-    differ = [k for k in TRAINING if k in had and had[k] != wanted[k]]
+    differ = [k for k in wanted if k in had and had[k] != wanted[k]]
     if differ:
         was = ", ".join(f"{k} {had[k]}" for k in differ)
         raise SystemExit(f"{name} was trained with {was}: give --tag to train another beside it")

@@ -6,6 +6,8 @@ adapter's name and trained beside it with `--tag`."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -74,3 +76,23 @@ def test_the_learning_bench_measures_teaches_trains_and_resumes(
     added = [json.loads(line) for line in (work / "rows.jsonl").open()][len(rows) :]
     assert [r.get("point") or r.get("trained") for r in added] == ["sft-1-e2", "sft-1-e2"]
     assert added[0]["training"]["epochs"] == "2.0"
+
+
+def test_an_adapter_kept_from_other_teaching_sessions_is_refused(tmp_path: Path) -> None:
+    """The starter sessions made again keep their path: an adapter kept from the old ones
+    is not taken for one trained on the new."""
+    spec = importlib.util.spec_from_file_location("learning", ROOT / "bench" / "learning.py")
+    assert spec is not None and spec.loader is not None
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    sessions = tmp_path / "starter_sessions.db"
+    sessions.write_bytes(b"the first sessions")
+    args = argparse.Namespace(
+        epochs=2.0, lr={"sft": 2e-4}, max_length=2048, start_from={}, changed_only=False,
+        teaching_from=sessions,
+    )  # fmt: skip
+    row = {"trained": "sft-20", "training": learning.training_settings(args)}
+    learning.check_training(tmp_path, "sft-20", row, args)  # the same sessions: kept
+    sessions.write_bytes(b"the sessions made again")
+    with pytest.raises(SystemExit, match="sft-20 was trained with teaching_sha256 "):
+        learning.check_training(tmp_path, "sft-20", row, args)
