@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents import forms
+from agents.backends import Backend
 from agents.runtime import Outcome, Runtime, session_solved
 from agents.tasks.families import Variant, split, variant
 from storage import Author, JobKind, JobStatus, LabelValue, NodeStatus, TraceStore, Verdict
@@ -19,6 +20,7 @@ from training.jobs import JobError, JobOptions, follow, queue_job
 from training.teach import (
     HeldOutError,
     ScriptedOperator,
+    Tally,
     same_action,
     same_code,
     teach_sessions,
@@ -123,6 +125,31 @@ def test_teaching_sessions_store_the_operators_work_and_train_kto(
     store.close()
 
 
+def teach_in_scripts(
+    store: TraceStore, backend: Backend, taught: Variant, tmp_path: Path
+) -> tuple[Tally, Runtime]:
+    """One teaching session of `taught` in a session of scripts, never rejecting first:
+    the operator's tally and the session's runtime."""
+    runtimes: list[Runtime] = []
+
+    def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
+        runtime = Runtime(
+            store,
+            backend,
+            v.task,
+            options(form=forms.SCRIPT, candidates=1, escalation=(), attempts=2, block_tokens=400),
+            sessions_dir=tmp_path / "sessions",
+            asker=operator,
+        )
+        runtimes.append(runtime)
+        return runtime
+
+    tally = teach_sessions(
+        [taught], runtime_for, lambda o: session_solved(store, o.session_id), reject_every=0
+    )
+    return tally, runtimes[0]
+
+
 def test_a_held_out_variant_is_never_taught() -> None:
     held_out = variant("fix_bug", split("fix_bug")[1][0])
     with pytest.raises(HeldOutError, match="held-out"):
@@ -149,21 +176,7 @@ def test_in_a_session_of_scripts_the_operator_approves_a_script_fix_and_rewrites
     with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
         backend = OpenAIBackend(url, SERVED, timeout=30)
 
-        def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
-            return Runtime(
-                store,
-                backend,
-                v.task,
-                options(
-                    form=forms.SCRIPT, candidates=1, escalation=(), attempts=2, block_tokens=400
-                ),
-                sessions_dir=tmp_path / "sessions",
-                asker=operator,
-            )
-
-        tally = teach_sessions(
-            [taught], runtime_for, lambda o: session_solved(store, o.session_id), reject_every=0
-        )
+        tally, _ = teach_in_scripts(store, backend, taught, tmp_path)
         assert (tally.approved, tally.edited, tally.rejected) == (1, 0, 0)
         assert tally.rewritten == 1  # the check that failed the right fix
         (session_id,) = tally.sessions
@@ -209,25 +222,7 @@ def test_the_operator_approves_right_work_in_other_words_and_rewrites_wrong_work
     }
     with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
         backend = OpenAIBackend(url, SERVED, timeout=30)
-        runtimes: list[Runtime] = []
-
-        def runtime_for(v: Variant, operator: ScriptedOperator) -> Runtime:
-            runtime = Runtime(
-                store,
-                backend,
-                v.task,
-                options(
-                    form=forms.SCRIPT, candidates=1, escalation=(), attempts=2, block_tokens=400
-                ),
-                sessions_dir=tmp_path / "sessions",
-                asker=operator,
-            )
-            runtimes.append(runtime)
-            return runtime
-
-        tally = teach_sessions(
-            [taught], runtime_for, lambda o: session_solved(store, o.session_id), reject_every=0
-        )
+        tally, runtime = teach_in_scripts(store, backend, taught, tmp_path)
         assert (tally.approved, tally.edited) == ((1, 0) if right else (0, 1))
         (session_id,) = tally.sessions
         assert session_solved(store, session_id)  # the right work ran, or the fix did
@@ -238,8 +233,8 @@ def test_the_operator_approves_right_work_in_other_words_and_rewrites_wrong_work
         ]
         assert [n.text.strip() for n in ran] == [(proposed if right else action).strip()]
         # a trial runs on a copy: the session's files stay as the action that ran left them
-        workdir = runtimes[0].workdir
+        workdir = runtime.workdir
         written = (workdir / "value.txt").read_text()
-        assert not runtimes[0].passes_checks(WRONG)
+        assert not runtime.passes_checks(WRONG)
         assert (workdir / "value.txt").read_text() == written
         backend.close()
