@@ -357,11 +357,11 @@ def train(
 #: (`--held-out`, `--teach`, `--kinds` and `--suite` may change: they add or leave out).
 SAME_RUN = (
     "model", "families", "untaught", "first", "candidates", "block_tokens", "attempts",
-    "suite_ticks", "teaching_from",
+    "suite_ticks",
 )  # fmt: skip
 #: What an adapter depends on besides the run: kept with it. Other values train another
 #: adapter in the same run, named with `--tag`; the base's rows are shared.
-TRAINING = ("epochs", "lr", "max_length", "start_from", "changed_only")
+TRAINING = ("epochs", "lr", "max_length", "start_from", "changed_only", "teaching_from")
 
 
 def same_run(work: Path, args: argparse.Namespace) -> None:
