@@ -5,8 +5,7 @@ In a session the operator answers the runtime's approval gate (`ScriptedOperator
 session's asker): it approves an action that is the variant's own fix, or that does the
 task in other words (run on a copy of the work dir, the task's checks all pass after it:
 `Runtime.passes_checks`), rejects a wrong one with a reason the first time when asked to,
-and otherwise rewrites it to the fix. After the
-session it reviews the chosen blocks the gate never asks about, as the label screen does:
+and otherwise rewrites it to the fix. After the session it reviews the chosen blocks the gate never asks about, as the label screen does:
 an orientation that names the task's files and goal is labelled good, one that does not is
 rewritten (`rewrite`); an evaluation that ran and agreed with the task's checks (passed
 the work they passed, failed the work they failed) is labelled good, any other rewritten; a
@@ -147,9 +146,10 @@ class ScriptedOperator:
         self.tally = tally
         self.reject_first = reject_first
         self.form = form
-        #: whether a proposed action does the task (the runtime's `passes_checks`): right
-        #: work in other words than the variant's is approved too
-        self.does_the_task: Callable[[str], bool] = lambda proposed: False
+        #: whether a proposed action (its text, and whether the token limit cut it) does
+        #: the task (the runtime's `passes_checks`): right work in other words than the
+        #: variant's is approved too
+        self.does_the_task: Callable[..., bool] = lambda proposed, truncated=False: False
 
     @property
     def action(self) -> str:
@@ -160,10 +160,12 @@ class ScriptedOperator:
         return self.variant.blocks_for(self.form)[1]
 
     def __call__(self, request: ApprovalRequest) -> None:
-        request.future.set_result(self.decide(request.action.text))
+        request.future.set_result(self.decide(request.action.text, request.action.truncated))
 
-    def decide(self, proposed: str) -> Answer:
-        if same_action(proposed, self.action, self.form) or self.does_the_task(proposed):
+    def decide(self, proposed: str, truncated: bool = False) -> Answer:
+        if same_action(proposed, self.action, self.form) or self.does_the_task(
+            proposed, truncated=truncated
+        ):
             self.tally.approved += 1
             return Answer.approve()
         if self.reject_first:

@@ -94,15 +94,18 @@ class KernelHost:
             if self.control.stopped.is_set():
                 raise Aborted("stopped")
 
-    def passes_checks(self, text: str) -> bool:
-        """Whether action `text`, run in a kernel of its own on a copy of the work dir as it
-        is now, leaves work that every one of the task's checks passes (each run as
-        `task_checks` runs them). The session's kernel and files are untouched: how a
-        scripted operator tells right work from its own wording of it."""
+    def passes_checks(self, text: str, *, truncated: bool = False) -> bool:
+        """Whether action `text` (cut by the token limit: `truncated`), run as `run_action`
+        runs it but in a kernel of its own on a copy of the work dir as it is now, leaves
+        work that every one of the task's checks passes (each run as `task_checks` runs
+        them). The session's kernel and files are untouched: how a scripted operator tells
+        right work from its own wording of it."""
         if not self.state.task.check_names:
             return False
         form, unsafe = self.state.options.form, self.state.options.unsafe_no_sandbox
-        code = forms.kernel_code(blocks.ACTION, form, text, self.script_timeout, truncated=False)
+        code = forms.kernel_code(
+            blocks.ACTION, form, text, self.script_timeout, truncated=truncated
+        )
         with tempfile.TemporaryDirectory(prefix="agent-console-trial-") as folder:
             copy = Path(folder) / "work"
             shutil.copytree(self.state.workdir, copy, symlinks=True)

@@ -185,11 +185,11 @@ class Runtime:
     def stepping(self) -> str | None:
         return self.control.stepping
 
-    def passes_checks(self, action: str) -> bool:
+    def passes_checks(self, action: str, *, truncated: bool = False) -> bool:
         """Whether `action` would do the task: run on a copy of the work dir as it is now,
         in a kernel of its own, every one of the task's checks passes after it. Nothing of
         the session changes (see `KernelHost.passes_checks`)."""
-        return self.kernels.passes_checks(action)
+        return self.kernels.passes_checks(action, truncated=truncated)
 
     def post_message(self, text: str) -> None:
         """An operator chat message: it enters the context as an observation block at the
