@@ -41,6 +41,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--per-round", type=int, default=8)
     parser.add_argument("--held-out", type=int, default=10)
+    parser.add_argument(
+        "--held-out-from",
+        type=int,
+        help="the first held-out variant measured (default: 6 for a family, as "
+        "bench/learning.py's --first; 0 for a suite)",
+    )
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--then", default="kto", choices=THEN)
@@ -68,7 +74,8 @@ def main() -> None:
     else:
         config = ImproveConfig(
             family=args.family, rounds=args.rounds, per_round=args.per_round,
-            held_out=args.held_out, workers=args.workers, epochs=args.epochs, then=args.then,
+            held_out=args.held_out, held_out_from=first_held_out(args), workers=args.workers,
+            epochs=args.epochs, then=args.then,
             base_model=str(model),
         )  # fmt: skip
         run = store.create_improvement(args.family, config=config.to_config())
@@ -89,6 +96,16 @@ def main() -> None:
     report(store, store.get_improvement(run.id), args.out)
     backend.close()
     store.close()
+
+
+def first_held_out(args: argparse.Namespace) -> int:
+    """A family's held-out variants from bench/learning.py's first, so the two benches
+    measure the same ones; a suite's from its first problem."""
+    from agents.tasks.families import FAMILIES
+
+    if args.held_out_from is not None:
+        return int(args.held_out_from)
+    return 6 if args.family in FAMILIES else 0
 
 
 def batch_compute(store: TraceStore, batch_id: int) -> dict[str, Any]:

@@ -62,6 +62,9 @@ class ImproveConfig:
     rounds: int = 3
     per_round: int = 8
     held_out: int = 10
+    #: the first held-out variant measured (the benchmark skips those looked at while the
+    #: prompts were written, as bench/learning.py does)
+    held_out_from: int = 0
     workers: int = 1
     ray: str | None = None
     epochs: float = 2.0
@@ -82,7 +85,8 @@ class ImproveConfig:
         for name, value, low, high in (
             ("--rounds", self.rounds, 1, 100),
             ("--per-round", self.per_round, 1, len(teaching)),
-            ("--held-out", self.held_out, 1, len(held_out)),
+            ("--held-out-from", self.held_out_from, 0, len(held_out) - 1),
+            ("--held-out", self.held_out, 1, len(held_out) - max(self.held_out_from, 0)),
             ("--workers", self.workers, 1, 256),
         ):
             if not low <= value <= high:
@@ -335,7 +339,7 @@ class Improver:
         kept: dict[str, Any] = self.state.setdefault("held_out", {})
         if key in kept and "passed" in kept[key]:
             return SideFigures(**kept[key])
-        refs = task_sets(self.config.family)[1][: self.config.held_out]
+        refs = held_out_refs(self.config)
         batch_id = kept.get(key, {}).get("batch")
         if batch_id is None:
             batch_id = self.new_batch(f"held-out {key}", refs, adapter)
@@ -383,6 +387,12 @@ class Improver:
         status = self.run_batch(batch_id, adapter)
         if status is not BatchStatus.COMPLETED:
             raise Stopped(f"batch {batch_id} {status.value}")
+
+
+def held_out_refs(config: ImproveConfig) -> list[str]:
+    """The held-out variants (or problems) each adapter of the run is measured on."""
+    first = config.held_out_from
+    return task_sets(config.family)[1][first : first + config.held_out]
 
 
 def promote_by_hand(store: Improvements, run_id: int, number: int) -> str:

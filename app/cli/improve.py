@@ -46,6 +46,10 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="held-out variants each adapter is measured on (default: 10)",
     )  # fmt: skip
     improve.add_argument(
+        "--held-out-from", type=int, default=0, metavar="I",
+        help="the first held-out variant measured (default: 0)",
+    )  # fmt: skip
+    improve.add_argument(
         "--workers", dest="improve_workers", type=int, default=1, metavar="W",
         help="sessions at a time (default: 1)",
     )  # fmt: skip
@@ -83,6 +87,7 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
                 rounds=args.rounds,
                 per_round=args.per_round,
                 held_out=args.held_out,
+                held_out_from=args.held_out_from,
                 workers=args.improve_workers,
                 ray=args.improve_ray,
                 epochs=args.epochs,

@@ -29,6 +29,7 @@ def test_bad_requests_are_one_line(tmp_path: Path) -> None:
         (("--family", "nope"), "--family 'nope': no such task family"),
         (("--family", "compute", "--rounds", "0"), "--rounds 0: must be 1 to 100"),
         (("--family", "compute", "--list"), "give one of"),
+        (("--family", "compute", "--held-out-from", "29"), "--held-out 10: must be 1 to 1"),
         (("--resume", "7"), "--resume 7: no such run"),
     ):
         result = _run(tmp_path, "--db", db, "improve", *args)

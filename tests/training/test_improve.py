@@ -29,6 +29,7 @@ from training.improve import (
     ImproveError,
     Improver,
     SideFigures,
+    held_out_refs,
     promote_by_hand,
     promotes,
     round_line,
@@ -57,6 +58,18 @@ def test_a_bad_request_is_one_line() -> None:
         ImproveConfig(family="compute", rounds=0)
     with pytest.raises(ImproveError, match="--then 'grpo': must be one of kto, dpo, none"):
         ImproveConfig(family="compute", then="grpo")
+    held_out = len(split("compute")[1])
+    with pytest.raises(ImproveError, match=f"--held-out 10: must be 1 to {held_out - 25}"):
+        ImproveConfig(family="compute", held_out_from=25)
+    with pytest.raises(ImproveError, match="--held-out-from -1"):
+        ImproveConfig(family="compute", held_out_from=-1)
+
+
+def test_the_held_out_variants_start_where_asked() -> None:
+    seeds = split("compute")[1]
+    refs = held_out_refs(ImproveConfig(family="compute", held_out=3, held_out_from=6))
+    assert refs == [f"family:compute:{seed}" for seed in seeds[6:9]]
+    assert held_out_refs(ImproveConfig(family="compute", held_out=2))[0].endswith(f":{seeds[0]}")
 
 
 def test_a_run_stored_before_the_preference_stage_trains_sft_only() -> None:
