@@ -380,6 +380,9 @@ The task is checked by: {checks}.
 #: context (the runtime sets it on an operator's edit too long for a context; the store
 #: keeps the whole text, which is what ran). Stored, so re-rendering needs no rule.
 CONTEXT_CHARS_META = "context_chars"
+#: The node metadata key for whether an action candidate, tried on a copy of the work dir,
+#: passed the task's checks (`RunOptions.choose_by_checks`: improve's rollouts only).
+CHECKS_META = "passes_checks"
 
 
 def clip_body(text: str, limit: int) -> str:

@@ -50,6 +50,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--then", default="kto", choices=THEN)
+    parser.add_argument(
+        "--choose-by-checks",
+        action="store_true",
+        help="the rollouts run a candidate that passes the checks (improve --choose-by-checks)",
+    )
     parser.add_argument("--candidates", type=int, help="(default: the model's)")
     parser.add_argument("--block-tokens", type=int, help="(default: the model's)")
     parser.add_argument("--work", type=Path, default=Path(".bench/improve-work"))
@@ -75,7 +80,7 @@ def main() -> None:
         config = ImproveConfig(
             family=args.family, rounds=args.rounds, per_round=args.per_round,
             held_out=args.held_out, held_out_from=first_held_out(args), workers=args.workers,
-            epochs=args.epochs, then=args.then,
+            epochs=args.epochs, then=args.then, choose_by_checks=args.choose_by_checks,
             base_model=str(model),
         )  # fmt: skip
         run = store.create_improvement(args.family, config=config.to_config())

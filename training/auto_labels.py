@@ -3,6 +3,10 @@
 A session the checks passed (its last outcome: every task check passed) gets a good path
 label on that outcome: every block the model wrote on the way is an SFT example. A session
 they did not pass gets a bad label on each action it ran (executed or raised): KTO's undesirable side, and DPO's wherever an action has a sibling labelled good.
+In either, an action candidate tried against the checks on a copy of the work dir
+(`RunOptions.choose_by_checks`, `blocks.CHECKS_META`) and not chosen gets the label its
+trial earned: good if it passed (another SFT example), bad if not (the rejected side of a
+pair with the one that passed).
 
 Every such label is stored with `source="checks"` (`storage.CHECKS_SOURCE`). None is written
 where the operator labelled the block, and an operator's label given later outranks it
@@ -15,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agents.blocks import OUTCOME
+from agents.blocks import CHECKS_META, OUTCOME
 from agents.runtime.session_task import session_solved
 from storage import CHECKS_SOURCE, LabelScope, LabelValue, NodeStatus
 
@@ -55,6 +59,12 @@ def label_from_checks(store: Review, session_id: int) -> AutoLabels:
         for node in tree:
             if node.kind == "action" and node.status in RAN:
                 targets.append((node, LabelValue.BAD, LabelScope.BLOCK))
+    for node in tree:
+        if node.kind == "action" and node.status is NodeStatus.ALTERNATE:
+            tried = node.meta.get(CHECKS_META)
+            if tried is not None:
+                value = LabelValue.GOOD if tried else LabelValue.BAD
+                targets.append((node, value, LabelScope.BLOCK))
     good = bad = kept = 0
     for node, value, scope in targets:
         label = existing.get(node.id)

@@ -76,6 +76,9 @@ class ImproveConfig:
     max_steps: int = -1
     #: the preference stage after SFT: "kto", "dpo" or "none"
     then: str = "kto"
+    #: the rollouts try each action's candidates against the checks on a copy of the work
+    #: dir and run one that passes (`RunOptions.choose_by_checks`); held-out sessions never
+    choose_by_checks: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -216,7 +219,9 @@ class Improver:
         adapter = self.state.get("adapter")
         batch_id = this.get("batch")
         if batch_id is None:
-            batch_id = self.new_batch(f"round {number} rollouts", refs, adapter)
+            batch_id = self.new_batch(
+                f"round {number} rollouts", refs, adapter, judged=self.config.choose_by_checks
+            )
             this["batch"] = batch_id
             self.save()
         started = time.monotonic()
@@ -368,8 +373,10 @@ class Improver:
 
     # -- batches --------------------------------------------------------------------------
 
-    def new_batch(self, what: str, refs: list[str], adapter: str | None) -> int:
-        specs = [{"task": ref} for ref in refs]
+    def new_batch(
+        self, what: str, refs: list[str], adapter: str | None, *, judged: bool = False
+    ) -> int:
+        specs = [{"task": ref, **({"choose_by_checks": True} if judged else {})} for ref in refs]
         name = f"improve {self.run.id} {what}"
         batch = self.store.create_batch(
             specs,

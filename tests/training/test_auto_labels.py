@@ -121,3 +121,59 @@ def test_an_automatic_bad_label_above_does_not_taint_the_operators_good_block(
     # while an operator's own bad label above still taints what follows it
     store.add_label(ticks[0].orientation.id, LabelValue.BAD)
     assert load_evidence(store, session).tainted(ticks[1].exp.id)
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize("judged", [False, True])
+def test_a_rollout_judged_by_the_checks_runs_a_candidate_that_passes(
+    tmp_path: Path, judged: bool
+) -> None:
+    """The model proposes two actions, the wrong one first (the ranking's choice). A
+    rollout that tries each candidate against the task's checks on a copy of the work dir
+    (`choose_by_checks`) runs the right one and is solved, and its labels make the pair
+    right over wrong; without the trial the wrong one runs and nothing is paired."""
+    from agents import forms
+    from agents.backends.openai_backend import OpenAIBackend
+    from agents.blocks import CHECKS_META
+    from agents.runtime import Runtime, session_solved
+    from agents.tasks.families import split, variant
+    from storage import NodeStatus
+    from tests.support.runs import options
+    from tests.support.scripted_vllm import SERVED, scripted_vllm
+    from tests.training.test_teach import WRONG
+
+    taught = variant("compute", split("compute")[0][0])
+    right, evaluation = taught.blocks_for(forms.SCRIPT)
+    script = {
+        "orientation": taught.orientation,
+        "action": [WRONG, right],
+        "expectation": "# value.txt holds the mean.",
+        "evaluation": evaluation,
+    }
+    with scripted_vllm(script) as url, TraceStore(tmp_path / "traces.db") as store:
+        backend = OpenAIBackend(url, SERVED, timeout=30)
+        chosen_by = options(
+            form=forms.SCRIPT, candidates=2, escalation=(), attempts=1, block_tokens=400,
+            approval="auto", choose_by_checks=judged,
+        )  # fmt: skip
+        runtime = Runtime(
+            store, backend, taught.task, chosen_by, sessions_dir=tmp_path / "sessions"
+        )
+        session = runtime.run().session_id
+        backend.close()
+        actions = [n for n in store.tree(session) if n.kind == "action"]
+        ran = [n.text.strip() for n in actions if n.status is NodeStatus.EXECUTED]
+        assert ran == [(right if judged else WRONG).strip()]
+        assert session_solved(store, session) is judged
+        result = label_from_checks(store, session)
+        pairs = [(p.chosen_id, p.rejected_id) for p in load_evidence(store, session).dpo_pairs()]
+        if not judged:
+            assert all(CHECKS_META not in n.meta for n in actions)
+            assert (result.good, result.bad, pairs) == (0, 1, [])
+            return
+        (wrong,) = [n for n in actions if n.text.strip() == WRONG.strip()]
+        (chosen,) = [n for n in actions if n.status is NodeStatus.EXECUTED]
+        assert (wrong.meta[CHECKS_META], chosen.meta[CHECKS_META]) == (False, True)
+        assert wrong.status is NodeStatus.ALTERNATE
+        assert (result.good, result.bad) == (1, 1)  # the path, and the candidate that failed
+        assert (chosen.id, wrong.id) in pairs

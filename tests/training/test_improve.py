@@ -141,6 +141,27 @@ def test_a_promotion_by_hand_survives_the_running_commands_next_save(
     assert stored["rounds"][0]["promoted_by_hand"] and stored["rounds"][1]["batch"] == 7
 
 
+def test_only_the_rollouts_choose_by_the_checks(store: TraceStore, tmp_path: Path) -> None:
+    """`choose_by_checks` reaches the rollouts' sessions (their batch tasks say it), never
+    the held-out ones, whose pass rates are the run's figures."""
+    config = ImproveConfig(family="compute", per_round=2, held_out=3, choose_by_checks=True)
+    run = store.create_improvement("compute", config=config.to_config())
+    specs: list[list[dict[str, object]]] = []
+
+    def run_batch(batch_id: int, adapter: str | None) -> BatchStatus:
+        specs.append([t.spec for t in store.batch_tasks(batch_id)])
+        raise KeyboardInterrupt  # what a batch would run is all this test reads
+
+    improver = Improver(store, run, backend=None, run_batch=run_batch, data_dir=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        improver.one_round(1)
+    with pytest.raises(KeyboardInterrupt):
+        improver.held_out(None)
+    rollouts, held_out = specs
+    assert len(rollouts) == 2 and all(s["choose_by_checks"] is True for s in rollouts)
+    assert len(held_out) == 3 and not any("choose_by_checks" in s for s in held_out)
+
+
 # -- a small run, end to end -----------------------------------------------------------------
 
 
