@@ -5,12 +5,13 @@ In a session the operator answers the runtime's approval gate (`ScriptedOperator
 session's asker): it approves an action that is the variant's own fix, or that does the
 task in other words (run on a copy of the work dir, the task's checks all pass after it:
 `Runtime.passes_checks`), rejects a wrong one with a reason the first time when asked to,
-and otherwise rewrites it to the fix. After the session it reviews the chosen blocks the gate never asks about, as the label screen does:
-an orientation that names the task's files and goal is labelled good, one that does not is
-rewritten (`rewrite`); an evaluation that ran and agreed with the task's checks (passed
-the work they passed, failed the work they failed) is labelled good, any other rewritten; a
-session the task's checks passed gets a good path label on its outcome. Every one of those
-is an operator action and is counted (`Tally`).
+and otherwise rewrites it to the fix. After the session it reviews the chosen blocks the
+gate never asks about, as the label screen does: an orientation that names the task's
+files and goal is labelled good, one that does not is rewritten (`rewrite`); an
+evaluation that ran and agreed with the task's checks (passed the work they passed,
+failed the work they failed) is labelled good, any other rewritten; a session the task's
+checks passed gets a good path label on its outcome. Every one of those is an operator
+action and is counted (`Tally`).
 
 A reject costs the action a try: give teaching sessions at least two (`attempts`), or the
 rewrite that follows a reject never comes.
