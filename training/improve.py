@@ -38,7 +38,7 @@ from agents.tasks.spec import TaskError
 from agents.tasks.suites import task_sets
 from storage import BatchStatus, JobKind, JobStatus
 from training.auto_labels import label_from_checks
-from training.jobs import JobError, JobOptions, follow, queue_job, reap_dead_jobs, resume_job
+from training.jobs import JobError, JobOptions, follow, queue_job, resume_if_interrupted
 from training.rules import count_training_data
 
 if TYPE_CHECKING:
@@ -320,11 +320,9 @@ class Improver:
         }
 
     def wait_for_job(self, job_id: int) -> Any:
-        """The job to its end; a worker that died (the run was killed with it) is resumed."""
-        reap_dead_jobs(self.store, [self.store.get_job(job_id)])
-        job = self.store.get_job(job_id)
-        if job.status is JobStatus.FAILED and "died without finishing" in (job.error or ""):
-            resume_job(self.store, job_id)
+        """The job to its end; one interrupted (its worker killed or stopped by a signal,
+        with the run or on its own) is resumed, one that failed on its own is not."""
+        resume_if_interrupted(self.store, job_id)
         for _ in follow(self.store, job_id, poll=self.poll):
             pass
         return self.store.get_job(job_id)

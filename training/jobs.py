@@ -61,6 +61,10 @@ WORKER_MODULE = "training.worker"
 ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.CANCELLING})
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 RESUMABLE = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+#: how a worker stopped from outside says so (`training.worker`): the job did not fail on
+#: its own, so whoever waits on it may resume it
+STOPPED_BY_SIGNAL = "stopped by signal"
+DIED = "died without finishing"
 
 #: Default learning rates for LoRA: SFT takes a large step; DPO moves gently off the base.
 DEFAULT_LR = {JobKind.SFT: 2e-4, JobKind.DPO: 5e-5, JobKind.KTO: 5e-5}
@@ -466,6 +470,21 @@ def resume_job(store: JobControl, job_id: int) -> Job:
     return spawn_worker(store, job)
 
 
+def interrupted(job: Job) -> bool:
+    """Whether a failed job was stopped from outside (its worker killed, or sent SIGTERM,
+    SIGINT or SIGHUP) rather than failing on its own: it is worth running again."""
+    error = job.error or ""
+    return job.status is JobStatus.FAILED and (error.startswith(STOPPED_BY_SIGNAL) or DIED in error)
+
+
+def resume_if_interrupted(store: JobControl, job_id: int) -> Job:
+    """The job, its worker started again when it was interrupted (`interrupted`), a dead
+    worker's job reaped first; a job that failed on its own is left failed."""
+    reap_dead_jobs(store, [get_job(store, job_id)])
+    job = store.get_job(job_id)
+    return resume_job(store, job_id) if interrupted(job) else job
+
+
 def _same_host(job: Job) -> bool:
     return job.config.get("host") in (None, socket.gethostname())
 
@@ -518,7 +537,7 @@ def reap_dead_jobs(store: JobWrites, jobs: list[Job] | None = None) -> list[Job]
         if current.status not in ACTIVE or current.pid != job.pid:
             continue
         error = (
-            f"the worker (pid {job.pid}) died without finishing (killed, or out of memory); "
+            f"the worker (pid {job.pid}) {DIED} (killed, or out of memory); "
             f"`agent-console train resume {job.id}` continues from the last checkpoint"
         )
         store.add_job_event(job.id, "error", message=error)

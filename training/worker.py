@@ -20,7 +20,7 @@ import traceback
 from types import FrameType
 
 from storage import JobStatus, NotFoundError, StoreError, TraceStore
-from training.jobs import DB_ENV, WORKER_MODULE
+from training.jobs import DB_ENV, STOPPED_BY_SIGNAL, WORKER_MODULE
 
 BASELINE_ENV = "AGENT_CONSOLE_JOB_BASELINE_EVENT"
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stop_on_signals() -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise Stopped(f"stopped by signal {signal.Signals(signum).name}")
+        raise Stopped(f"{STOPPED_BY_SIGNAL} {signal.Signals(signum).name}")
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)

@@ -39,8 +39,10 @@ from training.jobs import (
     JobOptions,
     NotEnoughDataError,
     cancel_job,
+    interrupted,
     queue_job,
     reap_dead_jobs,
+    resume_if_interrupted,
     resume_job,
     worker_alive,
 )
@@ -360,6 +362,7 @@ def test_sigkill_leaves_a_failed_resumable_job_and_an_intact_store(
         failed = store.get_job(job.id)
         assert failed.status is JobStatus.FAILED
         assert failed.error is not None and "died" in failed.error and "resume" in failed.error
+        assert interrupted(failed)
         assert reap_dead_jobs(store) == []  # once
         assert store.health()["integrity"] == "ok"
         checkpoint = last_checkpoint(checkpoints_dir(failed))
@@ -382,7 +385,12 @@ def test_sigterm_or_sighup_ends_a_job_failed_with_the_signal_named_and_resumable
         stopped = store.get_job(job.id)  # the worker said so itself: no reaping needed
         assert stopped.status is JobStatus.FAILED
         assert stopped.error == f"stopped by signal {signum.name}"
-        assert stopped.status in RESUMABLE
+        assert stopped.status in RESUMABLE and interrupted(stopped)
+
+        # Whoever waits on it (an improvement round) runs it again, to its end.
+        resume_if_interrupted(store, job.id)
+        done, events = wait_finished(store, job.id)
+        assert_completed(store, done, events)
 
 
 def test_a_failing_job_ends_failed_in_one_line_with_the_traceback_in_its_log(
@@ -402,6 +410,9 @@ def test_a_failing_job_ends_failed_in_one_line_with_the_traceback_in_its_log(
         assert failed.error.startswith("cannot load base model 'nobody/no-such-model'")
         assert events[-1].kind == "error" and events[-1].message == failed.error
         assert "Traceback (most recent call last)" in log_path(failed).read_text()
+        # It failed on its own: nothing to run again.
+        assert not interrupted(failed)
+        assert resume_if_interrupted(store, job.id) == store.get_job(job.id) == failed
         assert store.list_adapters() == []
         assert not (Path(failed.config["data_dir"]) / "adapters").exists()
 
