@@ -30,6 +30,7 @@ from agents.adapters import use_registered_adapter
 from agents.backends.offline import ensure_model
 from storage import BatchStatus, TraceStore
 from training.improve import THEN, ImproveConfig, Improver, SideFigures
+from training.jobs import WORKER_STARTED
 from training.teach import variant_options
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "improve.json"
@@ -129,10 +130,17 @@ def batch_compute(store: TraceStore, batch_id: int) -> dict[str, Any]:
 def job_seconds(store: TraceStore, job_id: int | None) -> float | None:
     if job_id is None:
         return None
+    """The job's last worker's time, start to finish (a job stopped and resumed counts the
+    run that finished it, not the time it lay stopped)."""
     job = store.get_job(job_id)
     if job.started_at is None or job.finished_at is None:
         return None
-    return round(job.finished_at - job.started_at, 1)
+    starts = [
+        e.created_at
+        for e in store.job_events(job_id)
+        if (e.message or "").startswith(WORKER_STARTED)
+    ]
+    return round(job.finished_at - max(starts, default=job.started_at), 1)
 
 
 def report(store: TraceStore, run: Any, out: Path) -> None:

@@ -65,6 +65,8 @@ RESUMABLE = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
 #: its own, so whoever waits on it may resume it
 STOPPED_BY_SIGNAL = "stopped by signal"
 DIED = "died without finishing"
+#: the first event of each worker run of a job (a resumed job has one per run)
+WORKER_STARTED = "worker started"
 
 #: Default learning rates for LoRA: SFT takes a large step; DPO moves gently off the base.
 DEFAULT_LR = {JobKind.SFT: 2e-4, JobKind.DPO: 5e-5, JobKind.KTO: 5e-5}

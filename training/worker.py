@@ -20,7 +20,7 @@ import traceback
 from types import FrameType
 
 from storage import JobStatus, NotFoundError, StoreError, TraceStore
-from training.jobs import DB_ENV, STOPPED_BY_SIGNAL, WORKER_MODULE
+from training.jobs import DB_ENV, STOPPED_BY_SIGNAL, WORKER_MODULE, WORKER_STARTED
 
 BASELINE_ENV = "AGENT_CONSOLE_JOB_BASELINE_EVENT"
 
@@ -70,7 +70,7 @@ def run_worker(store: TraceStore, job_id: int) -> int:
 
     # This event's id is the baseline for cancel requests: any `cancel` after it is for
     # this run. One written earlier had already set `cancelling`, which is read next.
-    started = store.add_job_event(job_id, "log", message=f"worker started (pid {os.getpid()})")
+    started = store.add_job_event(job_id, "log", message=f"{WORKER_STARTED} (pid {os.getpid()})")
     job = store.get_job(job_id)
     if job.status is JobStatus.CANCELLING:
         store.add_job_event(job_id, "log", message="cancelled before training started")
