@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -301,6 +302,8 @@ class Improver:
                 sessions=tuple(sessions),
                 save_steps=10_000,
                 start_from=start_from,
+                # the run waits idle for its job (no rollout runs beside it): every core
+                cpu_threads=os.cpu_count(),
             )
             try:
                 job = queue_job(self.store, options, data_dir=self.data_dir)

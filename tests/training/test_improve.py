@@ -10,6 +10,7 @@ That makes solved and failed sessions a test can count on."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,6 +219,7 @@ def test_a_small_run_end_to_end_stopped_and_resumed(
         assert one["labels"]["good"] == len(solved)
         assert one["train"]["adapter"] == f"improve{run.id}-r1"
         job = store.get_job(one["job"])
+        assert job.config["cpu_threads"] == os.cpu_count()  # the run waits: every core
         # KTO on top of the SFT adapter, from the same sessions' good and bad labels.
         assert one["prefer"]["adapter"] == f"improve{run.id}-r1-kto"
         kto = store.get_job(one["prefer_job"])
