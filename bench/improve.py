@@ -128,10 +128,10 @@ def batch_compute(store: TraceStore, batch_id: int) -> dict[str, Any]:
 
 
 def job_seconds(store: TraceStore, job_id: int | None) -> float | None:
-    if job_id is None:
-        return None
     """The job's last worker's time, start to finish (a job stopped and resumed counts the
     run that finished it, not the time it lay stopped)."""
+    if job_id is None:
+        return None
     job = store.get_job(job_id)
     if job.started_at is None or job.finished_at is None:
         return None
