@@ -208,19 +208,12 @@ def run_training(
         poll_seconds=options.poll_seconds,
         world_size=world_size,
     )
-    import trl
-
-    name = {JobKind.SFT: "SFT", JobKind.DPO: "DPO", JobKind.KTO: "KTO"}[options.kind]
     # DPO and KTO's reference is the base with the adapter switched off (ref_model None)
     reference = {} if options.kind is JobKind.SFT else {"ref_model": None}
-    trainer_class = getattr(trl, f"{name}Trainer")
-    if options.kind is JobKind.SFT and settings.device == "cpu":
-        trainer_class = type(
-            "CompletionLossSFTTrainer", (trainer_class,), {"compute_loss": _completion_compute_loss}
-        )
+    trainer_class, config_class = trl_classes(options.kind, settings.device)
     trainer: Any = trainer_class(
         model=model,
-        args=getattr(trl, f"{name}Config")(**common),
+        args=config_class(**common),
         train_dataset=rows,
         processing_class=tokenizer,
         peft_config=peft_config,
@@ -274,6 +267,20 @@ def run_training(
     )
     reporter.update(status=JobStatus.COMPLETED, progress=1.0, metrics=metrics, error=None)
     return "completed"
+
+
+def trl_classes(kind: JobKind, device: str) -> tuple[Any, Any]:
+    """trl's trainer and config classes for `kind`; on a CPU, SFT's trainer computes its
+    loss with the LM head on the completion only (`completion_loss`)."""
+    import trl
+
+    name = {JobKind.SFT: "SFT", JobKind.DPO: "DPO", JobKind.KTO: "KTO"}[kind]
+    trainer_class = getattr(trl, f"{name}Trainer")
+    if kind is JobKind.SFT and device == "cpu":
+        trainer_class = type(
+            "CompletionLossSFTTrainer", (trainer_class,), {"compute_loss": _completion_compute_loss}
+        )
+    return trainer_class, getattr(trl, f"{name}Config")
 
 
 def _prepare_resume(output: Path) -> Path | None:
