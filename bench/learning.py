@@ -116,7 +116,9 @@ def judge(store: TraceStore, session_id: int, found: Variant, form: str) -> dict
 class Kept:
     """What a run has done, one JSON line each in `<work>/rows.jsonl`: a held-out
     session's verdict (`point`, `ref`), a teaching session (`taught`), an adapter trained
-    (`trained`). The same `--work` again resumes: nothing kept is done twice."""
+    (`trained`). The same `--work` again resumes: nothing kept is done twice. Where only
+    `rows.jsonl` and `run.json` were kept (bench/results), the verdicts stand and what
+    the lost store held, teaching sessions and adapters, is done again."""
 
     def __init__(self, work: Path) -> None:
         self.path = work / "rows.jsonl"
@@ -144,7 +146,8 @@ class Kept:
         return {r["taught"]: r["session"] for r in self.rows if "taught" in r}
 
     def trained(self, name: str) -> dict[str, Any] | None:
-        return next((r for r in self.rows if r.get("trained") == name), None)
+        """Adapter `name`'s row, the last where it was trained again."""
+        return next((r for r in reversed(self.rows) if r.get("trained") == name), None)
 
 
 def suite_tasks(spec: str) -> list[tuple[str, Task]]:
@@ -244,9 +247,10 @@ def teach(
     work: Path,
     kept: Kept,
 ) -> Tally:
-    """Teaching sessions on `variants` (those kept already are not run again); the
-    operator's actions in all of them."""
-    done = kept.taught()
+    """Teaching sessions on `variants` (those kept already are not run again, unless
+    their store was lost); the operator's actions in all of them."""
+    stored = set(store.session_ids())
+    done = {ref: session for ref, session in kept.taught().items() if session in stored}
 
     def runtime_for(found: Variant, operator: ScriptedOperator) -> Runtime:
         return Runtime(
@@ -329,7 +333,17 @@ def train(
     row = kept.trained(name)
     if row is not None:
         check_training(work, name, row, args)
-    else:
+    again = row is not None and name not in {a.name for a in store.list_adapters()}
+    if again:
+        # rows restored without the store (bench/results, on another machine): the same
+        # job again; the rows measured with the first adapter are kept
+        print(f"  {name}: kept in rows.jsonl but not in the store: trained again", flush=True)
+        row = None
+    if row is None:
+        import torch
+
+        from agents.backends.transformers_backend import cpu_has_bf16
+
         started = time.perf_counter()
         job, resumed = start_job(store, kind, name, args, work, sessions)
         for _ in follow(store, job.id, poll=1.0):
@@ -348,6 +362,9 @@ def train(
             "label_to_adapter_s": None if resumed else round(time.perf_counter() - started, 1),
             "train_loss": adapter.metrics.get("train_loss"),
             "training": training_settings(args),
+            **({"again": True} if again else {}),
+            # the time is the machine's: training without native bf16 is several times slower
+            "native_bf16": cpu_has_bf16(torch),
         }
         kept.add(row)
     return {k: v for k, v in row.items() if k not in ("trained", "training")}

@@ -1,8 +1,9 @@
 """The learning bench's plumbing on the tiny model (bench/learning.py; the figures are the
 real model's): base, one teaching session, an SFT adapter trained on that session's
 labels only and the held-out variants again with it, all kept under `--work`; run again,
-it resumes and does nothing twice. Other training settings are refused under a kept
-adapter's name and trained beside it with `--tag`."""
+it resumes and does nothing twice; from its rows alone, it does again only what the lost
+store held. Other training settings are refused under a kept adapter's name and trained
+beside it with `--tag`."""
 
 from __future__ import annotations
 
@@ -62,6 +63,20 @@ def test_the_learning_bench_measures_teaches_trains_and_resumes(
     again = run_bench(tiny_model_dir, work)
     assert again.returncode == 0, again.stderr[-3000:]
     assert [json.loads(line) for line in (work / "rows.jsonl").open()] == rows
+
+    # only the rows and the run's settings kept (bench/results, another machine): the
+    # verdicts stand; the teaching session and the adapter, lost with the store, again
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    for name in ("rows.jsonl", "run.json"):
+        (restored / name).write_text((work / name).read_text())
+    redone = run_bench(tiny_model_dir, restored)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    added = [json.loads(line) for line in (restored / "rows.jsonl").open()][len(rows) :]
+    assert [("taught" in r, r.get("trained"), r.get("again")) for r in added] == [
+        (True, None, None),
+        (False, "sft-1", True),
+    ]
 
     # other training settings: refused under a kept adapter's name, trained beside it with
     # a tag, against the same base (not measured again)
