@@ -7,8 +7,8 @@ How settings are picked (`pick_settings`), from the model's shape and the device
   bf16 base weights where the CPU multiplies bf16 natively and the model is big enough for
   it to pay (the backend's rule). On a CPU only the positions the loss is on go through
   the LM head: SFT's loss (`completion_loss`), DPO's and KTO's log-probabilities
-  (`compact_fused_head`), in training/losses.py. SFT runs its batch a row at a time
-  (gradient accumulation): no padding, no attention mask to build.
+  (`compact_fused_head`), in training/losses.py. SFT and DPO run their batch a row (a
+  pair) at a time, with gradient accumulation: no padding to another row's length.
 - CUDA: bf16 (fp16 where the GPU has no bf16); SFT packs sequences where FlashAttention 2
   is installed, else pads each micro-batch to its longest row: trl's best-fit packing is
   padding-free, it flattens the micro-batch into one row, which trl supports with
@@ -145,13 +145,12 @@ def pick_settings(
         )
     if hardware.device != "cuda":
         size = batch_size or (4 if kind is JobKind.SFT else 2)
-        # SFT takes one row a micro-batch and accumulates the batch: the same steps and
-        # loss (averaged over the batch's completion tokens), no padding. An agent's rows
-        # differ in length (425 to 1,267 tokens on the coder's starter sessions), and a
-        # batch of 4 padded to its longest row spent a quarter of its compute on padding.
-        # KTO needs its batch whole (each example's KL is taken against another's); DPO
-        # pads chosen and rejected together anyway.
-        micro = 1 if kind is JobKind.SFT else size
+        # SFT and DPO take one row (pair) a micro-batch and accumulate the batch: the
+        # same steps and losses, no padding to another row's length. An agent's rows
+        # differ in length (425 to 1,267 tokens on the coder's starter sessions); a
+        # padded batch of 4 took twice the time. KTO needs its batch whole: each
+        # example's KL is taken against another's.
+        micro = size if kind is JobKind.KTO else 1
         # Native bf16 matmuls (AVX512-BF16, AMX): bf16 base weights, float32 LoRA weights
         # (peft keeps adapters in float32): 4x the tokens/s of float32 on Gemma 3 270M.
         # Below the backend's size for bf16 it does not pay, and the tests' tiny models keep

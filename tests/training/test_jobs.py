@@ -754,35 +754,45 @@ def test_the_cpu_sft_loss_equals_trls_with_the_head_on_the_completion_only(
     assert float(every) != pytest.approx(float(theirs), rel=1e-4)
 
 
-def test_cpu_sft_runs_its_batch_a_row_at_a_time_with_the_padded_batchs_step(
-    tiny_model_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("kind", [JobKind.SFT, JobKind.DPO])
+def test_on_a_cpu_a_batch_runs_a_row_at_a_time_with_the_padded_batchs_step(
+    kind: JobKind, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """On a CPU, SFT's batch of 4 runs as 4 micro-batches of one row, none padded: the
-    step's loss and gradient norm are those of the batch padded to its longest row."""
+    """On a CPU, SFT's batch of 4 rows (DPO's of 2 pairs) runs as micro-batches of one,
+    none padded to another's length: the step's loss and gradient norm are those of the
+    batch padded whole."""
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from training.losses import compact_fused_head
     from training.trainer import lora_config, trl_classes
 
     shape = ModelShape.from_config(QWEN2_05B)
-    one_row = pick_settings("sft", shape, Hardware.cpu(2), max_length=256, lora_r=8)
-    assert (one_row.per_device_batch_size, one_row.gradient_accumulation_steps) == (1, 4)
-    padded = dataclasses.replace(one_row, per_device_batch_size=4, gradient_accumulation_steps=1)
+    one_row = pick_settings(kind, shape, Hardware.cpu(2), max_length=256, lora_r=8)
+    size = 4 if kind is JobKind.SFT else 2
+    assert (one_row.per_device_batch_size, one_row.gradient_accumulation_steps) == (1, size)
+    padded = dataclasses.replace(one_row, per_device_batch_size=size, gradient_accumulation_steps=1)
     rows = datasets.Dataset.from_list(
         [
             {"prompt": "fix the bug in the package " * n, "completion": "done " * (5 - n)}
-            for n in (1, 2, 3, 4)
+            if kind is JobKind.SFT
+            else {
+                "prompt": "fix the bug in the package " * n,
+                "chosen": "done " * (5 - n),
+                "rejected": "not yet " * n,
+            }
+            for n in range(1, size + 1)
         ]
     )
 
     def first_step(settings: Any, name: str) -> dict[str, float]:
         torch.manual_seed(0)  # the same LoRA weights to start from
-        trainer_class, config_class = trl_classes(JobKind.SFT, "cpu")
+        trainer_class, config_class = trl_classes(kind, "cpu")
         config = config_class(
             output_dir=str(tmp_path / name), max_steps=1, learning_rate=1e-3, logging_steps=1,
             report_to="none", disable_tqdm=True, seed=0,
-            **trl_config_kwargs(JobKind.SFT, settings, 256),
+            **trl_config_kwargs(kind, settings, 256),
         )  # fmt: skip
         trainer = trainer_class(
             model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
@@ -790,7 +800,10 @@ def test_cpu_sft_runs_its_batch_a_row_at_a_time_with_the_padded_batchs_step(
             train_dataset=rows,
             processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
             peft_config=lora_config(8),
+            **({} if kind is JobKind.SFT else {"ref_model": None}),
         )
+        if kind is JobKind.DPO:
+            compact_fused_head(trainer.model.get_base_model())
         trainer.train()
         step: dict[str, float] = trainer.state.log_history[0]
         return step
