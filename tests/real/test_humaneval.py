@@ -2,7 +2,9 @@
 is judged by the problem's own tests in the sandbox, and one tick of the agent on the same
 problem, with the product's defaults, writes solution.py and has its hidden verdict
 recorded but never shown. bench/humaneval.py is the measurement; this is its plumbing on
-the real model."""
+the real model, in the long tier (`make test-all`): `make test` runs the same plumbing on
+the tiny model (tests/agents/test_suites.py) and the real model's tick in
+tests/real/test_coder.py."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from agents.tasks.suites import (
 )
 from storage import NodeStatus, TraceStore
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_humaneval_alone_and_through_the_agent(qwen_dir: Path, tmp_path: Path) -> None:
