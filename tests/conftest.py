@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
+from agents.backends.offline import ensure_model, models_dir
 from storage import TraceStore
 from tests.backends.vllm_server import (
     SHARED_MAX_MODEL_LEN,
@@ -208,25 +209,24 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: folder of the user's data dir, where the console keeps it too).
 TEST_MODELS_ENV = "AGENT_CONSOLE_TEST_MODELS"
 
+#: That folder, read when the tests start: the console tests' isolation
+#: (tests/app/conftest.py) later points the data dir at an empty tmp folder, where a model
+#: first asked for inside a test would be converted again (75-90 s each).
+MODELS_ROOT = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
+
 
 @pytest.fixture(scope="session")
 def gemma_dir() -> Path:
     """The real model, Gemma 3 270M base, converted from its PyPI package once (about a
     minute) and reused by every later run on this machine."""
-    from agents.backends.offline import ensure_model, models_dir
-
-    root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
-    return ensure_model(root=root, name="gemma-3-270m")
+    return ensure_model(root=MODELS_ROOT, name="gemma-3-270m")
 
 
 @pytest.fixture(scope="session")
 def qwen_dir() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct, converted from its PyPI chunk packages once (about a
     minute, 2.5 GB) and reused by every later run on this machine."""
-    from agents.backends.offline import ensure_model, models_dir
-
-    root = Path(os.environ.get(TEST_MODELS_ENV) or models_dir())
-    return ensure_model(root=root, name="qwen2.5-coder-0.5b")
+    return ensure_model(root=MODELS_ROOT, name="qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="session")
