@@ -148,6 +148,9 @@ def test_the_same_batch_as_ray_tasks_writing_to_postgresql(
         ray.shutdown()
 
 
+# In the long tier with the other whole improvement runs (2-3 minutes here); `make test`
+# keeps Ray (the batch above) and the rounds' parts (tests/training/test_improve.py).
+@pytest.mark.slow
 def test_improvement_rounds_on_ray_writing_to_postgresql(
     vllm_server: VLLMServer,
     pg_url: str,

@@ -93,6 +93,9 @@ def test_serve_without_vllm_exits_3(tmp_path: Path, tiny_model_dir: Path) -> Non
     assert "--vllm-python PATH" in result.stderr and "Traceback" not in result.stderr
 
 
+# In the long tier: its own vLLM server takes 1-4 minutes to start on a 2-core machine;
+# `make test` keeps the shared server's tests and serve's refusals above.
+@pytest.mark.slow
 def test_serve_runs_announces_and_stops(
     tmp_path: Path, tiny_model_dir: Path, tiny_adapter_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,6 +39,8 @@ def run_bench(model: Path, work: Path, *more: str) -> subprocess.CompletedProces
     )
 
 
+# In the long tier (1.5-2 minutes): the bench's whole run; the refusal below stays.
+@pytest.mark.slow
 def test_the_learning_bench_measures_teaches_trains_and_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
