@@ -126,9 +126,9 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", "console", *keys)
 
-    def wait_for(self, what: str, ready: Callable[[str], bool]) -> str:
+    def wait_for(self, what: str, ready: Callable[[str], bool], timeout: float = TIMEOUT) -> str:
         """Poll the screen until `ready(screen)`; fail with the last screen otherwise."""
-        deadline = time.monotonic() + TIMEOUT
+        deadline = time.monotonic() + timeout
         while True:
             screen = self.screen()
             if ready(screen):
@@ -136,7 +136,7 @@ class Tmux:
             if self.show("#{pane_dead}") == "1":
                 pytest.fail(f"the console exited while waiting for {what}:\n{screen}")
             if time.monotonic() > deadline:
-                pytest.fail(f"no {what} after {TIMEOUT:.0f} s; the screen:\n{screen}")
+                pytest.fail(f"no {what} after {timeout:.0f} s; the screen:\n{screen}")
             time.sleep(0.1)
 
     def kill(self) -> None:
@@ -262,7 +262,9 @@ def test_quit_while_an_action_waits_for_approval_ends_the_process_at_once(
         str(SCRIPT), "--db", str(db), *model, "--approval", "ask", "--task", "fix_failing_test"
     )
     pid = tmux.command_pid()
-    tmux.wait_for("the approval panel", lambda s: "a Approve" in s)
+    # the process's start and the tiny model's weak first blocks, escalated to 4 and 16
+    # candidates: over 30 s on a loaded 2-core machine
+    tmux.wait_for("the approval panel", lambda s: "a Approve" in s, 3 * TIMEOUT)
     tmux.keys("C-q")
     quit_at = time.monotonic()
     while tmux.exit_status() is None:
