@@ -191,6 +191,11 @@ class BlockSampled(RuntimeEvent):
 SHOWN_STATUSES = (NodeStatus.CHOSEN, NodeStatus.EXECUTED, NodeStatus.FAILED)
 
 
+def candidates(n: int) -> str:
+    """`n` candidates in words: "1 candidate", "2 candidates"."""
+    return f"{n} candidate" if n == 1 else f"{n} candidates"
+
+
 def progress_line(event: RuntimeEvent) -> str | None:
     """`event` as the one line `--query` prints for it (the console's A/B columns show
     the same); None for an event it does not print."""
@@ -201,7 +206,7 @@ def progress_line(event: RuntimeEvent) -> str | None:
             rate = event.tokens_per_second
             speed = f", {rate:.0f} tokens/s" if rate else ""
             return (
-                f"tick {event.tick} {event.block}: {event.candidates} candidates, "
+                f"tick {event.tick} {event.block}: {candidates(event.candidates)}, "
                 f"{event.tokens} tokens in {event.seconds:.1f} s{speed}"
             )
         case NodeChanged(node=node) if node.status in SHOWN_STATUSES:

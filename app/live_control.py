@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from agents.events import candidates
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -177,7 +179,7 @@ class LiveControl:
         tick = duration(BLOCKS_A_TICK * measured.seconds)
         self.tick_cost = f"a tick ≈ {tick} (last time)"
         return (
-            f"{event.text}. A tick takes about {tick} here: {measured.candidates} candidates "
+            f"{event.text}. A tick takes about {tick} here: {candidates(measured.candidates)} "
             f"of a block took {measured.seconds:.0f} s on {measured.day}."
         )
 
@@ -216,7 +218,7 @@ class LiveControl:
             else f"{BLOCKS_A_TICK} blocks"
         )
         return (
-            f"the model writes {speed} here: {event.candidates} candidates of a block took "
+            f"the model writes {speed} here: {candidates(event.candidates)} of a block took "
             f"{event.seconds:.0f} s, so a tick ({planned}, one try each) takes about "
             f"{duration(tick)}. Faster: fewer candidates "
             "(--candidates 2), shorter blocks (--block-tokens 256), or a model server "

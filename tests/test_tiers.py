@@ -33,22 +33,30 @@ REAL_PARTS = {
 }
 
 
-def collected(expression: str) -> list[str]:
+def tiers() -> dict[str, list[str]]:
+    """The tests of each tier ("make-test", "slow"), from one collection: the markers
+    decide, as `-m "not slow"` and `-m slow` do."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-o", "addopts=", "-m", expression],
+         "-p", "tests.support.tier_listing", "-o", "addopts="],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    found: dict[str, list[str]] = {"make-test": [], "slow": []}
+    for line in done.stdout.splitlines():
+        if line.startswith("TIER "):
+            _, tier, nodeid = line.split(" ", 2)
+            found[tier].append(nodeid)
+    return found
 
 
 def test_every_real_part_is_in_make_test_and_the_long_tier_is_not() -> None:
-    ids = collected("not slow")
+    found = tiers()
+    ids = found["make-test"]
     missing = [
         part for part, test in REAL_PARTS.items() if not any(i.startswith(test) for i in ids)
     ]
     assert not missing, f"no test of `make test` exercises: {missing}"
-    long_tier = collected("slow")
+    long_tier = found["slow"]
     assert any(i.startswith("tests/real/test_learning.py::") for i in long_tier)
     assert not set(long_tier) & set(ids)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from agents.events import candidates
+
 if TYPE_CHECKING:
     from agents.backends import Backend
     from agents.settings import Settings
@@ -85,7 +87,7 @@ class RunOptions:
         """The sampling choices in one line (a session's first line says them)."""
         rounds = ",".join(map(str, self.escalation)) if self.escalation else "none"
         return (
-            f"{self.candidates} candidates a block at temperature {self.temperature:g}"
+            f"{candidates(self.candidates)} a block at temperature {self.temperature:g}"
             f"{', the first greedy' if self.pick == 'greedy' else ''}, "
             f"escalation {rounds}, "
             f"{self.block_tokens} tokens a block, {self.prompt} prompts, {self.form} blocks, "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 from agents.events import (
     RuntimeEvent,
     SamplingProgress,
+    candidates,
     progress_line,
 )
 from agents.runtime import session_options
@@ -70,7 +71,7 @@ class ProgressPrinter:
         self._streaming = block
         first = " ".join(event.text.split())[:80]
         return (
-            f"tick {event.tick} {event.block}: sampling {event.candidates} candidates "
+            f"tick {event.tick} {event.block}: sampling {candidates(event.candidates)} "
             f"({event.seconds:.1f} s to the first tokens: {first!r})"
         )
 

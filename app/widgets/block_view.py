@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from agents.events import candidates as count
 from agents.safe_text import escape_controls
 from storage import Label, Node, Session
 
@@ -138,7 +139,7 @@ class Candidates(Static):
             # One line per candidate: a narrow pane cuts the first line short, never wraps it.
             line = Text(escape_controls(first), style=style, no_wrap=True, overflow="ellipsis")
             table.add_row(Text(mark), Text(score), line)
-        self.update(Group(Text(f"{len(candidates)} candidates", style="bold"), table))
+        self.update(Group(Text(count(len(candidates)), style="bold"), table))
 
 
 def session_summary(session: Session) -> Group:

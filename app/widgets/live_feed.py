@@ -28,6 +28,7 @@ from agents.events import (
     SessionStarted,
     StatusChanged,
     StepWaiting,
+    candidates,
 )
 from agents.safe_text import escape_controls
 from app.messages import ApprovalRequested, LiveEvent
@@ -141,7 +142,7 @@ class LiveFeed(Widget):
             case SamplingProgress():
                 tail = escape_controls(" ".join(event.text.split()))[-60:]
                 screen.query_one(StatusBar).activity = (
-                    f"writing {event.block} ({event.candidates} candidates, "
+                    f"writing {event.block} ({candidates(event.candidates)}, "
                     f"{event.tokens} tokens, {event.seconds:.0f} s): {tail}"
                 )
         if event.session_id and event.session_id not in screen.query_one(TraceTree).traces:

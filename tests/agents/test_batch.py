@@ -243,11 +243,16 @@ def _batch_command(tmp_path: Path, server: VLLMServer, *args: str) -> list[str]:
     ]
 
 
+#: the tasks of the batch stopped midway: 3 of them hard
+TASKS = 9
+
+
 def test_sighup_mid_batch_then_resume_runs_every_task_exactly_once(
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:
-    # hard tasks allowed three ticks each, so the batch is still going when stopped
-    tasks_file, easy = write_tasks(tmp_path / "tasks", 12)
+    # hard tasks allowed three ticks each, so the batch is still going when stopped: after
+    # 3 tasks at least 2 run and some wait
+    tasks_file, easy = write_tasks(tmp_path / "tasks", TASKS)
     text = tasks_file.read_text().replace('"hard.toml"', '"hard3.toml"')
     tasks_file.write_text(text)
     (tmp_path / "tasks" / "hard3.toml").write_text(task_toml(False, title="hard", max_ticks=3))
@@ -316,7 +321,7 @@ def test_sighup_mid_batch_then_resume_runs_every_task_exactly_once(
         }, [(t.line, t.status, t.error) for t in done]
         sessions = [t.session_id for t in done]
         # exactly once: one session per task, and no other session in the store
-        assert None not in sessions and len(set(sessions)) == len(done) == 12
+        assert None not in sessions and len(set(sessions)) == len(done) == TASKS
         assert {s.id for s in store.list_sessions(limit=100)} == set(sessions)
         assert sum(1 for t in done if t.status is BatchTaskStatus.COMPLETED) == easy
         for task in done:

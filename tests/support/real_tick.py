@@ -13,14 +13,16 @@ from tests.app.test_cli import SCRIPT, _spawn
 ELAPSED = re.compile(r"^ *\d+\.\d s  ")
 
 
-def headless_tick(model: Path, task: str, tmp_path: Path) -> tuple[list[str], Path]:
-    """One tick of `task` on `model` (2 candidates, one try at the action, approval auto,
-    memory off): the stderr lines, their elapsed-seconds prefix dropped, and the store."""
+def headless_tick(
+    model: Path, task: str, tmp_path: Path, candidates: int = 2
+) -> tuple[list[str], Path]:
+    """One tick of `task` on `model` (`candidates` a block, one try at the action, approval
+    auto, memory off): the stderr lines, their elapsed-seconds prefix dropped, and the store."""
     db = tmp_path / "traces.db"
     command = [
         str(SCRIPT), "--db", str(db), "--backend", "transformers", "--model", str(model),
         "--query", "", "--task", task, "--approval", "auto", "--max-ticks", "1",
-        "--candidates", "2", "--attempts", "1", "--memory", "off",
+        "--candidates", str(candidates), "--attempts", "1", "--memory", "off",
     ]  # fmt: skip
     process = _spawn(command, tmp_path)
     assert process.stderr is not None

@@ -32,9 +32,11 @@ from agents.backends.lora import read_adapter
 from storage import Job, JobEvent, JobKind, JobStatus, TraceStore
 from tests.backends.vllm_server import SERVED_NAME, VLLMServer
 from tests.support.label_trees import SessionBuilder
+from training import worker
 from training.job_files import checkpoint_step, checkpoints_dir, job_dir, last_checkpoint, log_path
 from training.jobs import (
     RESUMABLE,
+    STOPPED_BY_SIGNAL,
     JobError,
     JobOptions,
     NotEnoughDataError,
@@ -376,10 +378,26 @@ def test_sigkill_leaves_a_failed_resumable_job_and_an_intact_store(
         )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_or_sighup_ends_a_job_failed_with_the_signal_named_and_resumable(
-    tmp_path: Path, tiny_model_dir: Path, signum: signal.Signals
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_the_workers_handler_names_each_ending_signal(signum: signal.Signals) -> None:
+    """In process: SIGTERM, SIGINT and SIGHUP each stop the worker with `Stopped`, which
+    names the signal (its job's error, below)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        worker._stop_on_signals()
+        with pytest.raises(worker.Stopped, match=f"^{STOPPED_BY_SIGNAL} {signum.name}$"):
+            os.kill(os.getpid(), signum)
+            time.sleep(10)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def test_sigterm_ends_a_job_failed_with_the_signal_named_and_resumable(
+    tmp_path: Path, tiny_model_dir: Path
 ) -> None:
+    """A worker process sent SIGTERM (the handler it shares with SIGINT and SIGHUP, above)."""
+    signum = signal.SIGTERM
     with TraceStore(tmp_path / "traces.db") as opened, workers_stopped(opened) as store:
         job = kill_when(store, tmp_path, tiny_model_dir, JobKind.SFT, "progress", signum)
         stopped = store.get_job(job.id)  # the worker said so itself: no reaping needed
