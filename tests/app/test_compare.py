@@ -66,9 +66,9 @@ def settings(model: Path) -> Settings:
         backend="transformers",
         model=str(model),
         approval="ask",  # the comparison runs with `auto` whatever the console's policy
-        candidates=2,
+        candidates=1,  # one short candidate a block: the comparison is under test
         escalation=(),
-        block_tokens=40,
+        block_tokens=24,
         temperature=1.0,
         max_ticks=1,
         action_timeout=10.0,

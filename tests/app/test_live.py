@@ -166,7 +166,9 @@ async def test_picking_an_alternate_with_a_digit(store: TraceStore, tiny_model_d
 async def test_step_mode_and_chat_in_a_session_started_from_the_chat(
     store: TraceStore, tiny_model_dir: Path
 ) -> None:
-    app = ConsoleApp(store=store, settings=settings(tiny_model_dir, max_ticks=2, approval="auto"))
+    # one short candidate a block: what is asserted is the stepping, not the sampling
+    chosen = settings(tiny_model_dir, max_ticks=2, approval="auto", candidates=1, block_tokens=16)
+    app = ConsoleApp(store=store, settings=chosen)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
         # no live session: the session keys are not offered; s arms step mode instead
@@ -266,7 +268,8 @@ async def test_a_new_session_clears_the_last_sessions_block_from_view(
 
     earlier = build_session(store, blocks=12, seed=3, title="An earlier session")
     last = store.tree(earlier)[-1]
-    app = ConsoleApp(store=store, settings=settings(tiny_model_dir, approval="deny"))
+    chosen = settings(tiny_model_dir, approval="deny", candidates=1, block_tokens=16)
+    app = ConsoleApp(store=store, settings=chosen)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.workbench.backend is not None, "the model to load")
         await expand_first_session(app, pilot)  # its last tick's blocks show

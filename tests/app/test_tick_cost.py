@@ -96,7 +96,9 @@ async def test_the_next_sessions_first_line_says_what_a_tick_cost_here(
         first_lines = [await chat_of_one_session(store, tiny_model_dir, ticks) for ticks in (1, 2)]
         third_line = await chat_of_one_session(store, tiny_model_dir, 1)
     assert "shows once its first block is written" in first_lines[0]
-    assert "A tick takes about" in first_lines[1] and "candidates of a block took" in first_lines[1]
+    assert (
+        "A tick takes about" in first_lines[1] and "1 candidate of a block took" in first_lines[1]
+    )
     # the second session ran a whole tick and a block of the next: the third says that tick
     assert "A tick took about" in third_line and "of the model's time" in third_line
     kept = speed.recalled(tmp_path / speed.SPEED_FILE, str(tiny_model_dir), "cpu")
@@ -116,7 +118,7 @@ async def test_the_next_sessions_first_line_says_what_a_tick_cost_here(
 
 async def chat_of_one_session(store: TraceStore, model: Path, ticks: int = 1) -> str:
     """The chat pane's text once one session of the console has run to its end."""
-    chosen = settings(model, approval="auto", max_ticks=ticks)
+    chosen = settings(model, approval="auto", max_ticks=ticks, candidates=1, block_tokens=16)
     app = ConsoleApp(store=store, settings=chosen, task=TASK)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: any("session " in ln for ln in chat_lines(app)), "the line")
