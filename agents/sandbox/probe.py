@@ -22,6 +22,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from agents.sandbox.confine import (
 )
 from agents.sandbox.host import _Host
 from agents.sandbox.limits import _UNSAFE_HINT, Limits, SandboxUnavailable
+from agents.sandbox.process import _alive
 from agents.sandbox.python_inside import overlay_script, python_layout, stage
 from agents.sandbox.workdir import can_mount
 
@@ -105,6 +107,32 @@ def _host() -> _Host:
     return host
 
 
+#: The start of a process's static folder (its passwd, seccomp filter, kernel) in the temp
+#: folder; the process's pid follows. The folder goes at exit; one killed outright leaves
+#: it, and a later probe removes it (`_remove_orphaned_static_dirs`).
+STATIC_PREFIX = "agent-console-sandbox-"
+#: A folder left by a pid that is gone is removed once it is this old (seconds): a process
+#: of another PID namespace sharing the temp folder may still use a younger one.
+ORPHAN_AGE_S = 3600.0
+
+
+def _remove_orphaned_static_dirs(tmp: Path, now: float | None = None) -> list[Path]:
+    """Remove the static folders whose process is gone (killed outright, so its exit
+    handler never ran) and which nobody touched for `ORPHAN_AGE_S`; returns them."""
+    now = time.time() if now is None else now
+    removed = []
+    for folder in tmp.glob(f"{STATIC_PREFIX}*-*"):
+        pid = folder.name.removeprefix(STATIC_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if now - folder.stat().st_mtime < ORPHAN_AGE_S:
+                continue
+            shutil.rmtree(folder)
+            removed.append(folder)
+    return removed
+
+
 def _probe() -> tuple[SandboxStatus, _Host | None]:
     bwrap = shutil.which("bwrap") or shutil.which("bwrap", path="/usr/bin:/bin")
     if bwrap is None:
@@ -120,7 +148,8 @@ def _probe() -> tuple[SandboxStatus, _Host | None]:
         return SandboxStatus(
             False, f"{bwrap} does not run: {exc}", f"reinstall bubblewrap, {_UNSAFE_HINT}"
         ), None
-    static_dir = Path(tempfile.mkdtemp(prefix="agent-console-sandbox-"))
+    _remove_orphaned_static_dirs(Path(tempfile.gettempdir()))
+    static_dir = Path(tempfile.mkdtemp(prefix=f"{STATIC_PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, static_dir, ignore_errors=True)
     (static_dir / "passwd").write_text(_PASSWD.format(home=WORKDIR_INSIDE))
     (static_dir / "group").write_text(_GROUP)

@@ -813,3 +813,27 @@ def test_a_python_installed_under_tmp_still_runs_inside(tmp_path: Path) -> None:
         assert path == "/opt/python-packages/planted_in_the_venv.py"
     finally:
         shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_a_killed_processs_static_folder_is_removed_by_a_later_probe(tmp_path: Path) -> None:
+    """The static folder goes at exit; a process killed outright leaves it, named with its
+    pid. A later probe removes it once an hour old, and leaves a live process's folder, a
+    young one, and a folder not named with a pid."""
+    from agents.sandbox.probe import ORPHAN_AGE_S, STATIC_PREFIX, _remove_orphaned_static_dirs
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    script = "import os, signal; from agents.sandbox import sandbox_status; sandbox_status(); "
+    script += "os.kill(os.getpid(), signal.SIGKILL)"
+    killed = subprocess.run([sys.executable, "-c", script], env=env, timeout=120, check=False)
+    assert killed.returncode == -9
+    (left,) = tmp_path.glob(f"{STATIC_PREFIX}*")
+    assert (left / "seccomp.bpf").exists() or (left / "passwd").exists()
+    mine = tmp_path / f"{STATIC_PREFIX}{os.getpid()}-x"
+    unnamed = tmp_path / f"{STATIC_PREFIX}x1y2z3"
+    for folder in (mine, unnamed):
+        folder.mkdir()
+    now = time.time()
+    assert _remove_orphaned_static_dirs(tmp_path, now) == []  # the killed one is young
+    later = now + ORPHAN_AGE_S + 1
+    assert _remove_orphaned_static_dirs(tmp_path, later) == [left]
+    assert sorted(tmp_path.iterdir()) == sorted([mine, unnamed])
