@@ -109,7 +109,8 @@ def auto_defaults(backend: Backend | None) -> dict[str, Any]:
     of a block share one prefill and one batched decode, while a second round costs a whole
     block again: no escalation, 256 tokens (a block of the example's kind is under 150).
     Where the CPU lacks native bf16 a candidate costs nearly a block too (the coder in
-    float32, 48 tokens: 11.5 s for one, 21.2 s for two, 2026-11-29). On a GPU or a server: one round of 8 more when the best is weak.
+    float32, 48 tokens: 11.5 s for one, 21.2 s for two, 2026-11-29). On a GPU or a
+    server: one round of 8 more when the best is weak.
     An offline model of the registry is prompted as its entry says (an instruction-tuned
     coder: chat turns, script blocks, its temperature and pick, 4 candidates on a CPU, no
     example tick, no grammar);
