@@ -591,15 +591,16 @@ def _quietly(load: Callable[[], Any]) -> Any:
 
     quiet = [logging.getLogger(name) for name in ("sentence_transformers", "transformers")]
     levels = [logger.level for logger in quiet]
-    hf_logging: Any = None
-    shown = False
+    hf_logging: Any
     try:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as transformers_logging
 
-        shown = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
+        hf_logging = transformers_logging
     except ImportError:  # pragma: no cover
-        pass
+        hf_logging = None
+    shown = hf_logging is not None and hf_logging.is_progress_bar_enabled()
+    if shown:
+        hf_logging.disable_progress_bar()
     for logger in quiet:
         logger.setLevel(logging.ERROR)
     try:
@@ -609,7 +610,7 @@ def _quietly(load: Callable[[], Any]) -> Any:
     finally:
         for logger, level in zip(quiet, levels, strict=True):
             logger.setLevel(level)
-        if hf_logging is not None and shown:
+        if shown:
             hf_logging.enable_progress_bar()
 
 
