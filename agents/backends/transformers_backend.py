@@ -158,6 +158,7 @@ class TransformersBackend(_SamplingMixin, Backend):
         self._peft: Any = None
         self._yes_no: tuple[list[int], list[int]] | None = None
         self._grammars: dict[str, Any] = {}  # grammar text -> xgrammar CompiledGrammar
+        self._prompt_cache = None  # the last generation prompt's encoding (_prefill)
         self._grammar_compiler: Any = None  # built with the first grammar
         self._other_than_stop: Any = None  # bitmask of every token but end-of-sequence
         self._grammar_scratch: Any = None
@@ -459,7 +460,9 @@ class TransformersBackend(_SamplingMixin, Backend):
         with self._lock, torch.inference_mode(), self._adapter_scope():
             model = self._live_model()
             shared = _shared_prefix(encoded)
-            if len(encoded) > 1 and shared >= SHARED_PREFIX_TOKENS:
+            if len(encoded) == 1:
+                _, logits = self._prefill(model, encoded[0], keep=False)
+            elif shared >= SHARED_PREFIX_TOKENS:
                 logits = self._last_logits_after_prefix(model, encoded, shared)
             else:
                 logits = self._last_logits(model, encoded)
@@ -553,6 +556,7 @@ class TransformersBackend(_SamplingMixin, Backend):
 
     def close(self) -> None:
         with self._lock:
+            self._prompt_cache = None
             self._peft = None
             self._base = None
             gc.collect()

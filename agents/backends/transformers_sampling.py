@@ -24,6 +24,20 @@ _GRAMMAR_CACHE_SIZE = 64
 SHARED_PREFIX_TOKENS = 32
 
 
+@dataclass
+class _PromptCache:
+    """The last generation prompt's encoding: its tokens, the key/value cache of them
+    (batch of one) and the next-token logits after them, with the model and adapter that
+    computed them. A later prompt that starts with these tokens (the evaluator's questions
+    about the block, the next block's prompt) encodes only what follows them."""
+
+    ids: list[int]
+    cache: Any
+    logits: Any
+    model: int  # id() of the model object
+    adapter: str | None
+
+
 def _shared_prefix(encoded: list[list[int]]) -> int:
     """How many first tokens every prompt shares, leaving each at least one of its own."""
     shortest = min(len(ids) for ids in encoded)
@@ -147,6 +161,8 @@ class _SamplingMixin:
     _grammar_compiler: Any
     _other_than_stop: Any
     _grammar_scratch: Any
+    _active: str | None
+    _prompt_cache: _PromptCache | None
 
     def _decode(self, ids: Sequence[int]) -> str:
         raise NotImplementedError
@@ -190,13 +206,8 @@ class _SamplingMixin:
 
             ban = NoRepeatNGramLogitsProcessor(no_repeat)
 
-        out = model(
-            input_ids=torch.tensor([ids], dtype=torch.long, device=self._device),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
+        cache, logits = self._prefill(model, ids, keep=True)
+        logits = logits.float()
         if rows > 1:
             cache.batch_repeat_interleave(rows)
             logits = logits.expand(rows, -1)
@@ -350,6 +361,64 @@ class _SamplingMixin:
         matcher.fill_next_token_bitmask(self._grammar_scratch, 0)
         return not bool((self._grammar_scratch & self._other_than_stop).any())
 
+    def _prefill(self, model: Any, ids: list[int], *, keep: bool) -> tuple[Any, Any]:
+        """The key/value cache of `ids` (batch of one, the caller's to extend) and the
+        next-token logits after them (1 x vocabulary). What the last kept prompt shares
+        with `ids` is copied from its cache, and only the rest is encoded: a block's
+        questions are its prompt plus the block, and the next block's prompt mostly the
+        last one's plus what happened since. With `keep`, these `ids` become the kept
+        prompt."""
+        import copy
+
+        import torch
+
+        kept = self._prompt_cache
+        reuse = self._reusable(model, ids)
+        cache, logits = None, None
+        if kept is not None and reuse:
+            cache = copy.deepcopy(kept.cache)
+            if reuse < len(kept.ids):
+                for layer in cache.layers:
+                    layer.crop(reuse - len(kept.ids))
+            if reuse == len(ids):
+                logits = kept.logits
+        if reuse < len(ids):
+            out = model(
+                input_ids=torch.tensor([ids[reuse:]], dtype=torch.long, device=self._device),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        if keep:
+            self._prompt_cache = _PromptCache(
+                list(ids), copy.deepcopy(cache), logits, id(model), self._active
+            )
+        return cache, logits
+
+    def _reusable(self, model: Any, ids: list[int]) -> int:
+        """How many first tokens of `ids` the kept prompt's cache can stand for: all it
+        holds where it is the start of `ids`; else what they share, where that is worth it
+        and every layer of the cache can be cut back (not a sliding window's), leaving
+        at least one token to encode; else none."""
+        kept = self._prompt_cache
+        if kept is None or kept.model != id(model) or kept.adapter != self._active:
+            return 0
+        common = 0
+        for a, b in zip(kept.ids, ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common == len(kept.ids):
+            return common
+        from transformers.cache_utils import DynamicLayer
+
+        if common < SHARED_PREFIX_TOKENS or any(
+            type(layer) is not DynamicLayer for layer in kept.cache.layers
+        ):
+            return 0
+        return min(common, len(ids) - 1)
+
     def _last_logits(self, model: Any, encoded: list[list[int]]) -> Any:
         """The next-token logits after each prompt, in one padded batch."""
         import torch
@@ -379,12 +448,7 @@ class _SamplingMixin:
         causal model's real tokens never see the padding after them)."""
         import torch
 
-        out = model(
-            input_ids=torch.tensor([encoded[0][:shared]], dtype=torch.long, device=self._device),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = out.past_key_values
+        cache, _ = self._prefill(model, encoded[0][:shared], keep=False)
         cache.batch_repeat_interleave(len(encoded))
         rests = [ids[shared:] for ids in encoded]
         width = max(len(rest) for rest in rests)

@@ -326,6 +326,95 @@ def test_score_yes_no_equals_a_hand_computation(backend: TransformersBackend) ->
         assert score == pytest.approx(expected, abs=1e-5)
 
 
+# ---- the kept prompt -----------------------------------------------------------------
+
+
+def encoded_lengths(backend: TransformersBackend) -> list[int]:
+    """How many tokens each later forward pass encodes (a hook on the embedding layer,
+    which every pass goes through, with or without peft around the model)."""
+    lengths: list[int] = []
+    embed = backend._base.get_input_embeddings()
+    embed.register_forward_pre_hook(lambda _module, args: lengths.append(args[0].shape[-1]))
+    return lengths
+
+
+def test_a_prompt_that_extends_the_last_encodes_only_what_follows(
+    fresh: TransformersBackend,
+) -> None:
+    """A block's questions and the next block's prompt start with the block's prompt:
+    only their new tokens are encoded, and what comes out is what a cold start gives."""
+    lengths = encoded_lengths(fresh)
+    prompt = fresh.tokenize(PROMPT)
+    block = fresh.generate(prompt, max_tokens=6, temperature=0)[0]
+    assert lengths[0] == len(prompt)
+    question = PROMPT + fresh._decode(block.token_ids) + "\n#q: Does it run?"
+    asked = fresh.tokenize(question)
+    assert asked[: len(prompt)] == prompt
+    lengths.clear()
+    warm = fresh.score_yes_no([question])
+    assert lengths == [len(asked) - len(prompt)]
+    # the next prompt: the block and what followed it
+    following = asked + fresh.tokenize("\nok\n")
+    lengths.clear()
+    warm_next = fresh.generate(following, n=3, max_tokens=8, seed=4)
+    assert lengths[0] == len(following) - len(prompt)
+
+    fresh._prompt_cache = None  # a cold start: everything encoded again
+    lengths.clear()
+    assert fresh.score_yes_no([question]) == pytest.approx(warm, abs=1e-5)
+    assert lengths == [len(asked)]
+    cold_next = fresh.generate(following, n=3, max_tokens=8, seed=4)
+    for hot, cold in zip(warm_next, cold_next, strict=True):
+        assert hot.logprobs == pytest.approx(cold.logprobs, abs=1e-4)
+    # the same prompt again: nothing to encode before the first sampled token
+    lengths.clear()
+    again = fresh.generate(following, n=3, max_tokens=8, seed=4)
+    assert again == cold_next and lengths[0] == 1
+
+
+def test_a_prompt_that_shares_the_start_of_the_last_encodes_only_the_rest(
+    fresh: TransformersBackend,
+) -> None:
+    """The last prompt's cache is cut back to what the next one shares with it (an
+    earlier block's prompt, a rewritten last turn): the rest is encoded, and the scores
+    are a cold start's."""
+    lengths = encoded_lengths(fresh)
+    shared = PROMPT * 4
+    first = fresh.tokenize(shared + "    return 1\n")
+    fresh.generate(first, max_tokens=2, temperature=0)
+    others = [shared + "    x = 2\n#q: Is it two?", shared[:-3]]
+    encoded = [fresh.tokenize(other) for other in others]
+    # what each shares with the kept prompt, one token left to encode where it is all
+    common = [
+        min(
+            next((i for i, (a, b) in enumerate(zip(first, ids)) if a != b), len(ids) - 1),
+            len(ids) - 1,
+        )
+        for ids in encoded
+    ]
+    assert min(common) >= 32 and common[1] == len(encoded[1]) - 1
+    lengths.clear()
+    warm = [fresh.score_yes_no([other])[0] for other in others]
+    assert lengths == [len(ids) - n for ids, n in zip(encoded, common, strict=True)]
+    assert lengths[0] < len(encoded[0]) // 4
+    fresh._prompt_cache = None
+    assert [fresh.score_yes_no([other])[0] for other in others] == pytest.approx(warm, abs=1e-5)
+
+
+def test_a_kept_prompt_is_not_reused_under_another_adapter(
+    fresh: TransformersBackend, tiny_adapter_dir: Path
+) -> None:
+    base = greedy(fresh)
+    fresh.load_adapter("one", str(tiny_adapter_dir))
+    fresh.use_adapter("one")
+    lengths = encoded_lengths(fresh)
+    one = greedy(fresh)
+    assert lengths[0] == len(fresh.tokenize(PROMPT)) and one.token_ids != base.token_ids
+    fresh.use_adapter(None)
+    lengths.clear()
+    assert greedy(fresh) == base and lengths[0] == len(fresh.tokenize(PROMPT))
+
+
 # ---- adapters --------------------------------------------------------------------------
 
 
