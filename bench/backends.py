@@ -135,7 +135,7 @@ def generation_section(ctx: BenchContext) -> list[str]:
             tokens.append(sum(len(c.token_ids) for c in out))
         return sum(tokens) / sum(times)
 
-    local = TransformersBackend(str(model_dir))
+    local = TransformersBackend(str(model_dir), keep_prompt=False)  # each prompt encoded whole
     try:
         hf_rate = rate(local)
     finally:

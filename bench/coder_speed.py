@@ -67,6 +67,8 @@ def first_prompt(backend: Any) -> str:
 
 
 def rates(backend: Any, runs: int) -> dict[str, Any]:
+    if hasattr(backend, "keep_prompt"):
+        backend.keep_prompt = False  # the same prompt each run: encode it whole each time
     prompt = first_prompt(backend)
     backend.generate(prompt, n=1, max_tokens=4, temperature=0.8)  # warm
     row: dict[str, Any] = {"prompt_tokens": len(backend.tokenize(prompt))}

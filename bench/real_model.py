@@ -86,7 +86,8 @@ def speed(model: Path, vllm: str | None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     scores: dict[str, list[float]] = {}
     for dtype in ("float32", "bfloat16"):
-        backend = TransformersBackend(str(model), dtype=dtype)
+        # the same prompt again and again: each encoded whole, as a new block's would be
+        backend = TransformersBackend(str(model), dtype=dtype, keep_prompt=False)
         prompt = orientation_prompt(backend)
         prompt_tokens = len(backend.tokenize(prompt))
         row: dict[str, Any] = {"prompt_tokens": prompt_tokens}

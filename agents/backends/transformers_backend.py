@@ -149,8 +149,12 @@ class TransformersBackend(_SamplingMixin, Backend):
         device: str | None = None,
         dtype: str | None = None,
         local_files_only: bool | None = None,
+        keep_prompt: bool = True,
     ) -> None:
         self.model = model
+        #: keep the last block prompt's cache for the prompts that start with it (off:
+        #: every prompt is encoded whole, as the speed benchmarks time it)
+        self.keep_prompt = keep_prompt
         self._lock = threading.Lock()  # all model use
         self._tokenizer_lock = threading.Lock()  # taken after _lock, never before
         self._adapter_paths: dict[str, str] = {}

@@ -163,6 +163,7 @@ class _SamplingMixin:
     _grammar_scratch: Any
     _active: str | None
     _prompt_cache: _PromptCache | None
+    keep_prompt: bool
 
     def _decode(self, ids: Sequence[int]) -> str:
         raise NotImplementedError
@@ -390,7 +391,7 @@ class _SamplingMixin:
                 logits_to_keep=1,
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
-        if keep:
+        if keep and self.keep_prompt:
             self._prompt_cache = _PromptCache(
                 list(ids), copy.deepcopy(cache), logits, id(model), self._active
             )
@@ -402,7 +403,12 @@ class _SamplingMixin:
         and every layer of the cache can be cut back (not a sliding window's), leaving
         at least one token to encode; else none."""
         kept = self._prompt_cache
-        if kept is None or kept.model != id(model) or kept.adapter != self._active:
+        if (
+            not self.keep_prompt
+            or kept is None
+            or kept.model != id(model)
+            or kept.adapter != self._active
+        ):
             return 0
         common = 0
         for a, b in zip(kept.ids, ids, strict=False):

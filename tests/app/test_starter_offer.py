@@ -32,7 +32,12 @@ def random_adapter(model_dir: Path, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("model", ["gemma_dir", "qwen_dir"])
+# Gemma's conversion is the long tier's (tests/real/test_gemma.py): `make test` converts
+# the default model only.
+GEMMA = pytest.param("gemma_dir", marks=pytest.mark.slow, id="gemma_dir")
+
+
+@pytest.mark.parametrize("model", [GEMMA, "qwen_dir"])
 async def test_the_offline_model_offers_its_starter_adapter(
     model: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -54,19 +59,27 @@ async def test_the_offline_model_offers_its_starter_adapter(
     store.close()
 
 
+@pytest.mark.parametrize(
+    ("name", "offered"),
+    [
+        pytest.param("gemma_dir", True, marks=pytest.mark.slow, id="gemma_dir"),
+        ("qwen_dir", False),
+        ("tiny_model_dir", False),
+    ],
+)
 async def test_without_a_starter_adapter_the_console_says_how_to_train_one(
-    gemma_dir: Path, qwen_dir: Path, tmp_path: Path, tiny_model_dir: Path
+    name: str, offered: bool, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     # the base model is told; the coder, which works untaught, and a model that is not
     # an offline one are not
-    for model, offered in ((gemma_dir, True), (qwen_dir, False), (tiny_model_dir, False)):
-        store = TraceStore(tmp_path / f"{model.name}.db")
-        app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(model)))
-        notes = Notes()
-        async with app.run_test(size=SIZE, message_hook=notes) as pilot:
-            await until(pilot, lambda a=app: a.workbench.backend is not None, "the model", 120)  # type: ignore[misc]
-            await settle(pilot)
-            said = [t for t in notes.texts() if "agent-console train starter" in t]
-            assert bool(said) is offered, notes.texts()
-            assert not isinstance(app.screen, ConfirmScreen)
-        store.close()
+    model: Path = request.getfixturevalue(name)
+    store = TraceStore(tmp_path / "traces.db")
+    app = ConsoleApp(store=store, settings=Settings(backend="transformers", model=str(model)))
+    notes = Notes()
+    async with app.run_test(size=SIZE, message_hook=notes) as pilot:
+        await until(pilot, lambda: app.workbench.backend is not None, "the model", 120)
+        await settle(pilot)
+        said = [t for t in notes.texts() if "agent-console train starter" in t]
+        assert bool(said) is offered, notes.texts()
+        assert not isinstance(app.screen, ConfirmScreen)
+    store.close()

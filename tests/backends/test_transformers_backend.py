@@ -370,6 +370,16 @@ def test_a_prompt_that_extends_the_last_encodes_only_what_follows(
     lengths.clear()
     again = fresh.generate(following, n=3, max_tokens=8, seed=4)
     assert again == cold_next and lengths[0] == 1
+    fresh.keep_prompt = False  # off: every prompt encoded whole
+    lengths.clear()
+    fresh.generate(following, max_tokens=1)
+    assert lengths == [len(following)]
+
+
+def shared_start(a: list[int], b: list[int]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def test_a_prompt_that_shares_the_start_of_the_last_encodes_only_the_rest(
@@ -385,13 +395,7 @@ def test_a_prompt_that_shares_the_start_of_the_last_encodes_only_the_rest(
     others = [shared + "    x = 2\n#q: Is it two?", shared[:-3]]
     encoded = [fresh.tokenize(other) for other in others]
     # what each shares with the kept prompt, one token left to encode where it is all
-    common = [
-        min(
-            next((i for i, (a, b) in enumerate(zip(first, ids)) if a != b), len(ids) - 1),
-            len(ids) - 1,
-        )
-        for ids in encoded
-    ]
+    common = [min(shared_start(first, ids), len(ids) - 1) for ids in encoded]
     assert min(common) >= 32 and common[1] == len(encoded[1]) - 1
     lengths.clear()
     warm = [fresh.score_yes_no([other])[0] for other in others]

