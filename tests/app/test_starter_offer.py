@@ -5,6 +5,8 @@ adapter for each, a real store."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,10 +61,24 @@ async def test_the_offline_model_offers_its_starter_adapter(
     store.close()
 
 
+@pytest.fixture
+def tiny_as_the_base_model(tiny_model_dir: Path, tmp_path: Path) -> Path:
+    """The tiny model in a converted folder named as the offline base model (Gemma): what
+    the console decides from is the folder, and `make test` does not convert Gemma."""
+    from agents.backends import offline
+
+    folder = tmp_path / "models" / "gemma-3-270m"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / offline.STAMP).write_text(json.dumps({"version": offline.CONVERSION_VERSION}))
+    assert offline.offline_entry(str(folder)) is not None
+    return folder
+
+
 @pytest.mark.parametrize(
     ("name", "offered"),
     [
         pytest.param("gemma_dir", True, marks=pytest.mark.slow, id="gemma_dir"),
+        ("tiny_as_the_base_model", True),
         ("qwen_dir", False),
         ("tiny_model_dir", False),
     ],
