@@ -29,9 +29,7 @@ FIRST_TOKENS_S = 30.0
 #: default model only.
 CONVERTED = [
     pytest.param("qwen_dir", "qwen2.5-coder-0.5b (offline, instruct)", id="coder"),
-    pytest.param(
-        "gemma_dir", "gemma-3-270m (offline, base)", id="gemma", marks=pytest.mark.slow
-    ),
+    pytest.param("gemma_dir", "gemma-3-270m (offline, base)", id="gemma", marks=pytest.mark.slow),
 ]
 
 
