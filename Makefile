@@ -69,7 +69,7 @@ tiny-model: $(STAMP)
 vllm: $(VLLM_STAMP)
 
 # uv installs (pinned, bootstrapped by pip into each venv): pip took 3.6 min for each venv
-# here, uv about 1. Bytecode is compiled at install, as pip does, for a machine that sets
+# here, uv about 1.5. Bytecode is compiled at install, as pip does, for a machine that sets
 # PYTHONDONTWRITEBYTECODE. uv reads no pip.conf: pip's find-links (where this machine keeps
 # its CPU torch wheel) are passed on. torch first: any torch request that misses that wheel
 # pulls a multi-GB CUDA build.
